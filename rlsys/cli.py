@@ -1,0 +1,99 @@
+"""The `rlsys` command line: `train | profile | sweep | report | bench`.
+
+Conventions shared by every verb: `--out DIR` for its result folder (default
+`runs/<verb>-<timestamp>`), `--seed`, `--quiet`. A usage error prints one line and a hint and
+exits 2; so does a verb that is not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rlsys import __version__
+from rlsys.errors import UsageError
+
+EXIT_USAGE = 2
+
+
+def default_out_dir(verb: str) -> Path:
+    return Path("runs") / f"{verb}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="folder for the results (default: runs/<verb>-<timestamp>)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--quiet", action="store_true", help="print only errors and the result")
+
+
+def _not_built(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(
+            f"`rlsys {verb}` is not built yet in rlsys {__version__}",
+            hint=f"it is planned in {issue}; see the README for what works today",
+        )
+
+    return run
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors become one line plus a hint (exit code 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rlsys.bench import cli as bench_cli
+
+    parser = _Parser(
+        prog="rlsys",
+        description="Fast deep-RL training that shows where its time goes.",
+    )
+    parser.add_argument("--version", action="version", version=f"rlsys {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    planned = {
+        "train": ("train a policy (PPO, A2C, REINFORCE, DQN) [not built yet]", "issue #5"),
+        "profile": ("profile any RL script across the stack [not built yet]", "issue #3"),
+        "sweep": ("find the best CPU/GPU ratio of the runtime [not built yet]", "a later issue"),
+        "report": ("render or compare profiles [not built yet]", "issue #3"),
+    }
+    for verb, (summary, issue) in planned.items():
+        sub = verbs.add_parser(verb, help=summary, description=summary)
+        _add_common_options(sub)
+        sub.set_defaults(run=_not_built(verb, issue))
+    bench = verbs.add_parser(
+        "bench", help="run benchmark cases side by side", description=bench_cli.DESCRIPTION
+    )
+    _add_common_options(bench)
+    bench_cli.add_arguments(bench)
+    bench.set_defaults(run=bench_cli.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.verb is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.run(args) or 0)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""`Program`: declares dimensions, records the ops user code builds, freezes into a `Graph`.
+
+The program being built is found through a `ContextVar` (`with prog:`), never a module
+global, so two programs can be built in two threads. Every node records the line of the
+user's program that created it, for error messages and `explain()`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import linecache
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Bound, Dim
+from rlsys.compiler.ir import Branch, Edge, Graph, Node, SourceLine, identity_index
+from rlsys.compiler.rules import RULES, TensorType
+
+if TYPE_CHECKING:
+    from rlsys.compiler.tensor import RecurrentTensor
+
+_CURRENT: contextvars.ContextVar[Program | None] = contextvars.ContextVar(
+    "rlsys_current_program", default=None
+)
+_PACKAGE_DIRS = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1]))
+
+
+def user_source_line() -> SourceLine | None:
+    """The innermost stack frame outside rlsys: the user's line that is being executed."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    return SourceLine(filename, line, linecache.getline(filename, line).strip())
+
+
+def assigned_name(source: SourceLine | None) -> str | None:
+    """`x` for a line like `x = rt.placeholder(...)`: a readable name for error messages."""
+    match = source and re.match(r"^([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]", source.code)
+    return match.group(1) if match else None
+
+
+def current_program() -> Program:
+    program = _CURRENT.get()
+    if program is None:
+        raise RecurrenceError(
+            "no program is being built here; create tensors inside `with prog:` where "
+            "prog = rt.Program(dims=(...))"
+        )
+    return program
+
+
+class Program:
+    """A recurrent-tensor program under construction.
+
+    `Program(dims=("i", "b", "t"))` declares the dimensions in order (outermost first);
+    `prog.dims` are the dimension symbols, `prog.bounds` their upper bounds (`I`, `B`, `T`),
+    whose values are given to `compile(bounds=...)`.
+    """
+
+    def __init__(self, dims: Sequence[str] = ("i", "b", "t")) -> None:
+        if len(set(dims)) != len(dims):
+            raise RecurrenceError(f"dimension names must be distinct, got {tuple(dims)}")
+        self.dims: tuple[Dim, ...] = tuple(Dim(name) for name in dims)
+        self.bounds: tuple[Bound, ...] = tuple(d.bound for d in self.dims)
+        self._nodes: list[Node] = []
+        self._branches: dict[int, list[Branch]] = {}
+        self._outputs: dict[str, Edge] = {}
+        self._tokens: list[contextvars.Token] = []
+
+    def __enter__(self) -> Program:
+        self._tokens.append(_CURRENT.set(self))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _CURRENT.reset(self._tokens.pop())
+
+    # -- building ---------------------------------------------------------------------------
+    def order(self, dims: Sequence[Dim] | set[Dim] | frozenset[Dim]) -> tuple[Dim, ...]:
+        """`dims` in program order; an error names any dimension of another program."""
+        wanted = set(dims)
+        stray = wanted - set(self.dims)
+        if stray:
+            names = ", ".join(sorted(d.name for d in stray))
+            raise RecurrenceError(
+                f"dimension {names} is not declared by this program (dims: "
+                f"{', '.join(d.name for d in self.dims)})"
+            )
+        return tuple(d for d in self.dims if d in wanted)
+
+    def add_node(
+        self,
+        op: str,
+        inputs: Sequence[Edge],
+        domain: Sequence[Dim],
+        type_: TensorType,
+        params: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        source: SourceLine | None = None,
+    ) -> RecurrentTensor:
+        from rlsys.compiler.tensor import RecurrentTensor
+
+        node = Node(
+            id=len(self._nodes),
+            op=op,
+            inputs=tuple(inputs),
+            domain=self.order(domain),
+            shape=tuple(type_.shape),
+            dtype=type_.dtype,
+            params=tuple(sorted((params or {}).items())),
+            name=name,
+            source=source or user_source_line(),
+        )
+        self._nodes.append(node)
+        return RecurrentTensor(self, node.id)
+
+    def apply(self, op: str, operands: Sequence[RecurrentTensor], **params: Any) -> RecurrentTensor:
+        """An ordinary op: reads each operand at the same point; domain is their union."""
+        rule = RULES[op]
+        source = user_source_line()
+        try:
+            type_ = rule.infer([t.type for t in operands], params)
+        except RecurrenceError as err:
+            raise type(err)(f"{err} (at {source})") from None
+        domain = self.order(set().union(*(t.domain for t in operands)))
+        edges = [Edge(t.node_id, identity_index(t.domain)) for t in operands]
+        return self.add_node(op, edges, domain, type_, params, source=source)
+
+    def node(self, node_id: int) -> Node:
+        return self._nodes[node_id]
+
+    def add_branch(self, placeholder: int, branch: Branch) -> None:
+        self._branches.setdefault(placeholder, []).append(branch)
+
+    def output(self, name: str, tensor: RecurrentTensor) -> None:
+        """Make the values of `tensor` at every point of its domain a program output."""
+        if name in self._outputs:
+            raise RecurrenceError(f"output {name!r} is defined twice")
+        self._outputs[name] = Edge(tensor.node_id, identity_index(tensor.domain))
+
+    def graph(self) -> Graph:
+        """The program as an immutable graph (placeholders carry their definitions)."""
+        nodes = {}
+        for node in self._nodes:
+            if node.op == "merge":
+                node = replace(node, branches=tuple(self._branches.get(node.id, ())))
+            nodes[node.id] = node
+        return Graph(self.dims, nodes, tuple(self._outputs.items()))
+
+    def compile(self, bounds: Mapping[Bound, int], backend: str = "jax", **options: Any):
+        """Bind the bounds, check the program, and lower it: backend "jax" (one jitted
+        function) or "ref" (the point-by-point reference interpreter)."""
+        from rlsys.compiler.compile import compile_graph
+
+        return compile_graph(self.graph(), bounds, backend=backend, **options)

@@ -1,0 +1,89 @@
+"""From a graph and concrete bounds to something that runs.
+
+`compile_graph` binds the bounds (every bound the program uses must be given), checks the
+program (demand analysis, then the schedule), and hands it to a lowering: "jax" (one
+jitted function) or "ref" (the point-by-point reference interpreter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Bound
+from rlsys.compiler.ir import Graph
+from rlsys.compiler.lower.jax import JaxExecutable
+from rlsys.compiler.lower.ref import ReferenceInterpreter
+from rlsys.compiler.passes.dce import needed_nodes
+from rlsys.compiler.passes.demand import check_demand
+from rlsys.compiler.pipeline import run_pipeline
+from rlsys.compiler.program import InputSpec, check_inputs
+from rlsys.compiler.schedule import build_schedule
+
+BACKENDS = ("jax", "ref")
+
+
+def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
+    """Bounds by symbol; also accepts their names ("T"). Every program bound is required."""
+    by_name = {d.bound.name: d.bound for d in graph.dims}
+    bound_values: dict[Bound, int] = {}
+    for key, value in bounds.items():
+        bound = by_name.get(key) if isinstance(key, str) else key
+        if bound is None or bound not in by_name.values():
+            raise RecurrenceError(
+                f"bound {key!r} is not a bound of this program (bounds: {', '.join(by_name)})"
+            )
+        if not isinstance(value, int | np.integer) or value < 1:
+            raise RecurrenceError(f"bound {bound.name} must be a positive integer, got {value!r}")
+        bound_values[bound] = int(value)
+    missing = [name for name, b in by_name.items() if b not in bound_values]
+    if missing:
+        raise RecurrenceError(
+            f"bounds missing at compile time: {', '.join(missing)}; pass them as "
+            f"prog.compile(bounds={{{', '.join(f'{m}: ...' for m in missing)}}})"
+        )
+    return bound_values
+
+
+def input_specs(graph: Graph, bounds: Mapping[Bound, int]) -> dict[str, InputSpec]:
+    specs = {}
+    for node in graph:
+        if node.op == "input":
+            extents = tuple(bounds[d.bound] for d in node.domain)
+            spatial = tuple(int(n) for n in node.param("shape"))
+            specs[node.param("name")] = InputSpec(node.param("name"), extents + spatial,
+                                                  node.dtype)  # fmt: skip
+    return specs
+
+
+class ReferenceExecutable:
+    """A program run by the reference interpreter: `run(inputs)` returns outputs by name."""
+
+    def __init__(self, graph: Graph, bounds: dict[Bound, int], specs) -> None:
+        self.graph, self.bounds, self.input_specs = graph, bounds, specs
+
+    def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.input_specs, inputs or {})
+        return ReferenceInterpreter(self.graph, self.bounds, arrays).run()
+
+
+def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
+                  debug: bool = False, **options: Any):  # fmt: skip
+    if backend not in BACKENDS:
+        raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if options:
+        raise RecurrenceError(f"unknown compile options: {', '.join(sorted(options))}")
+    bound_values = bind_bounds(graph, bounds)
+    specs = input_specs(graph, bound_values)
+    check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
+    if backend == "ref":  # the specification runs the program as written, without passes
+        build_schedule(graph, needed_nodes(graph))  # for its errors: same as the jax backend
+        return ReferenceExecutable(graph, bound_values, specs)
+    optimized, timings = run_pipeline(graph, debug=debug)
+    schedule = build_schedule(optimized, optimized.nodes)
+    executable = JaxExecutable(optimized, bound_values, schedule, specs)
+    executable.pass_timings = timings
+    return executable

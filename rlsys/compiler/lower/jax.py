@@ -1,0 +1,344 @@
+"""The fast lowering: a `Schedule` becomes one jitted JAX function.
+
+Values during lowering are `Value(array, axes)`: `axes` names the dimensions the array's
+leading axes hold (in domain order); a dimension of the node's domain that is not among them
+is an enclosing loop's dimension, fixed at the loop's current index. Then:
+
+- `Compute` of an op: read each input edge into an array over the node's vector dimensions
+  (`read_edge`), and apply the op's point rule under one `vmap` per vector dimension
+  (inputs that do not vary along a dimension are passed with `in_axes=None`).
+- `Compute` of a placeholder: read every definition, then select by region, first wins.
+- `Loop` over d: a `lax.scan` over the indices of d (reversed for recurrences that read later
+  points). Values a member reads at `d - k` come from a window of its last k values in the
+  scan carry; values read after the loop are stacked by the scan.
+- `read_edge`: an index is evaluated at every point at once (loop dimensions are scalars,
+  vector dimensions are `iota`s) and applied as one gather; indices are clipped, which only
+  matters at points a placeholder's region excludes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Bound, Dim, Slice
+from rlsys.compiler.ir import Edge, Graph, Node
+from rlsys.compiler.program import InputSpec, check_inputs
+from rlsys.compiler.rules import RULES
+from rlsys.compiler.schedule import Compute, Loop, Schedule, carried_offset, index_on
+
+
+@dataclass
+class Value:
+    array: Any
+    axes: tuple[Dim, ...]
+
+
+@dataclass
+class Window:
+    """The last `size` values of a loop member: window[m] holds the value m + 1 steps back."""
+
+    array: Any
+    dim: Dim
+    axes: tuple[Dim, ...]  # the axes of each entry (vector dims inside the loop)
+
+
+@dataclass
+class Context:
+    graph: Graph
+    bounds: dict[Bound, int]
+    inputs: Mapping[str, Any]
+    values: dict[int, Value] = field(default_factory=dict)
+    windows: dict[int, Window] = field(default_factory=dict)
+    loop_index: dict[Dim, Any] = field(default_factory=dict)
+
+    def child(self, dim: Dim, index: Any, windows: dict[int, Window]) -> Context:
+        return Context(self.graph, self.bounds, self.inputs, dict(self.values),
+                       {**self.windows, **windows}, {**self.loop_index, dim: index})  # fmt: skip
+
+    def extent(self, dim: Dim) -> int:
+        return self.bounds[dim.bound]
+
+
+# -- reading edges -------------------------------------------------------------------------
+
+
+def _coordinate_env(ctx: Context, vector_dims: tuple[Dim, ...], n_slices: int) -> dict:
+    """Each vector dim as an iota shaped to broadcast over (vector dims..., slice axes...)."""
+    env: dict = dict(ctx.bounds)
+    env.update(ctx.loop_index)
+    rank = len(vector_dims) + n_slices
+    for k, dim in enumerate(vector_dims):
+        shape = [1] * rank
+        shape[k] = ctx.extent(dim)
+        env[dim] = jnp.arange(ctx.extent(dim)).reshape(shape)
+    return env
+
+
+def _source_of(ctx: Context, edge: Edge) -> tuple[Value, dict[Dim, int]]:
+    """The value an edge reads, and for a window read, how far back along its dim."""
+    producer = ctx.graph[edge.node]
+    window = ctx.windows.get(edge.node)
+    if window is not None:
+        item = index_on(edge, producer, window.dim)
+        k = carried_offset(item, window.dim) if item is not None else None
+        if k:
+            entry = window.array[abs(k) - 1]
+            return Value(entry, window.axes), {window.dim: k}
+    if edge.node not in ctx.values:
+        raise RecurrenceError(f"internal: {producer.label()} read before it was computed")
+    return ctx.values[edge.node], {}
+
+
+def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[Any, tuple]:
+    """The producer's values at every point of the consumer's vector dims.
+
+    Returns (array, present): `array` has one leading axis per dim of `present` (the vector
+    dims the read varies along, in order), then one axis per slice, then the spatial axes.
+    """
+    producer = ctx.graph[edge.node]
+    value, window_shift = _source_of(ctx, edge)
+    slices = [i for i in edge.index if isinstance(i, Slice)]
+    env = _coordinate_env(ctx, vector_dims, len(slices))
+    rank = len(vector_dims) + len(slices)
+    present: set[Dim] = set()
+    indices = []
+    slice_no = 0
+    for dim, item in zip(producer.domain, edge.index, strict=True):
+        if dim in window_shift:
+            continue  # the window entry already is the value at the shifted point
+        if dim not in value.axes:
+            if item.dims() != {dim} or carried_offset(item, dim) != 0:
+                raise RecurrenceError(f"internal: {producer.label()} read at {item} inside "
+                                      f"the loop over {dim.name}")  # fmt: skip
+            continue
+        present |= item.dims() & set(vector_dims)
+        if isinstance(item, Slice):
+            length = _slice_length(ctx, producer, item)
+            shape = [1] * rank
+            shape[len(vector_dims) + slice_no] = length
+            index = item.start.evaluate(env) + jnp.arange(length).reshape(shape)
+            slice_no += 1
+        else:
+            index = item.evaluate(env)
+        indices.append(jnp.clip(jnp.asarray(index), 0, ctx.extent(dim) - 1).reshape(
+            [1] * rank if np.ndim(index) == 0 else np.shape(index)))  # fmt: skip
+    array = value.array
+    if indices:
+        full = [jnp.broadcast_to(i, np.broadcast_shapes(*(np.shape(j) for j in indices)))
+                for i in indices]  # fmt: skip
+        array = array[tuple(full)]
+        if array.ndim - len(full[0].shape) < value.array.ndim - len(indices):
+            raise RecurrenceError("internal: gather lost spatial axes")
+        squeeze = tuple(k for k, d in enumerate(vector_dims) if d not in present)
+        array = jnp.squeeze(array, axis=squeeze) if squeeze else array
+    order = tuple(d for d in vector_dims if d in present)
+    return array, order
+
+
+def _slice_length(ctx: Context, producer: Node, item: Slice) -> int:
+    length = item.length()
+    if length.dims():
+        raise RecurrenceError(
+            f"{producer.label()}[{item}]: variable-size slices run on backend='ref' only in "
+            "this version; use a recurrence (e.g. returns as ret[t] = r[t] + g * ret[t + 1])"
+        )
+    return int(length.evaluate(ctx.bounds))
+
+
+# -- computing nodes -----------------------------------------------------------------------
+
+
+def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
+    params = dict(node.params)
+    if node.op == "const":
+        return Value(jnp.asarray(params["value"].array), ())
+    if node.op == "input":
+        return _input_value(ctx, node, vector_dims)
+    if node.op == "dim_value":
+        env = _coordinate_env(ctx, vector_dims, 0)
+        extents = [ctx.extent(d) for d in vector_dims]
+        value = jnp.broadcast_to(jnp.asarray(params["expr"].evaluate(env), "int32"), extents)
+        return Value(value, vector_dims)
+    if node.op == "merge":
+        return _merge_value(ctx, node, vector_dims)
+    reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
+    if node.op == "index":
+        array, present = reads[0]
+        return Value(_broadcast_to_dims(ctx, array, present, vector_dims), vector_dims)
+    for key in ("shape", "dtype"):
+        params.pop(key, None)
+    fn = partial(RULES[node.op].point, **params)
+    return Value(_vectorized(ctx, fn, reads, vector_dims), vector_dims)
+
+
+def _vectorized(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):
+    """Apply a point function over vector dims: one vmap per dim, innermost dim first."""
+    arrays = [array for array, _ in reads]
+    for level in reversed(range(len(vector_dims))):
+        dim = vector_dims[level]
+        in_axes = [0 if dim in present else None for _, present in reads]
+        if any(axis == 0 for axis in in_axes):
+            fn = jax.vmap(fn, in_axes=in_axes)
+        else:  # nothing varies along this dim: compute once, broadcast after
+            fn = _broadcast_result(fn, ctx.extent(dim))
+    return fn(*arrays)
+
+
+def _broadcast_result(fn, extent: int):
+    def wrapped(*args):
+        result = fn(*args)
+        return jnp.broadcast_to(result, (extent, *jnp.shape(result)))
+
+    return wrapped
+
+
+def _broadcast_to_dims(ctx: Context, array, present: tuple[Dim, ...], vector_dims):
+    """Give `array` (leading axes `present`) one leading axis per vector dim, in order."""
+    for k, dim in enumerate(vector_dims):
+        if dim not in present:
+            array = jnp.expand_dims(array, k)
+            array = jnp.repeat(array, ctx.extent(dim), axis=k)
+    return array
+
+
+def _input_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
+    name = node.param("name")
+    if name not in ctx.inputs:
+        raise RecurrenceError(f"input {name!r} was not given to run(); pass it by name")
+    array = jnp.asarray(ctx.inputs[name])
+    for axis, dim in reversed(list(enumerate(node.domain))):
+        if dim not in vector_dims:
+            array = jax.lax.dynamic_index_in_dim(array, ctx.loop_index[dim], axis, keepdims=False)
+    return Value(array, vector_dims)
+
+
+def _merge_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
+    env = _coordinate_env(ctx, vector_dims, 0)
+    extents = tuple(ctx.extent(d) for d in vector_dims)
+    spatial = tuple(int(n) for n in node.param("shape"))
+    result = None
+    for branch in reversed(node.branches):  # the first definition must win: apply it last
+        array, present = read_edge(ctx, branch.edge, vector_dims)
+        array = _broadcast_to_dims(ctx, array, present, vector_dims)
+        array = jnp.broadcast_to(array, extents + spatial).astype(node.dtype)
+        inside = jnp.ones(extents, bool)
+        for dim, (lo, hi) in zip(node.domain, branch.region, strict=True):
+            coord = env[dim]
+            inside = inside & (coord >= lo.evaluate(env)) & (coord < hi.evaluate(env))
+        inside = inside.reshape(extents + (1,) * len(spatial))
+        result = array if result is None else jnp.where(inside, array, result)
+    if result is None:
+        raise RecurrenceError(f"{node.label()} has no definition (at {node.source})")
+    return Value(result, vector_dims)
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+def run_steps(ctx: Context, steps) -> None:
+    for step in steps:
+        if isinstance(step, Compute):
+            node = ctx.graph[step.node]
+            ctx.values[step.node] = compute_node(ctx, node, step.vector_dims)
+        else:
+            run_loop(ctx, step)
+
+
+def _window_sizes(ctx: Context, loop: Loop) -> dict[int, int]:
+    sizes: dict[int, int] = {}
+    for member in loop.members:
+        for edge in ctx.graph[member].all_edges():
+            if edge.node in loop.members:
+                item = index_on(edge, ctx.graph[edge.node], loop.dim)
+                k = carried_offset(item, loop.dim) if item is not None else None
+                if k:
+                    sizes[edge.node] = max(sizes.get(edge.node, 0), abs(k))
+    return sizes
+
+
+def _inner_shape(ctx: Context, node: Node, loop_dims) -> tuple[tuple[int, ...], tuple[Dim, ...]]:
+    axes = tuple(d for d in node.domain if d not in loop_dims)
+    spatial = tuple(int(n) for n in node.param("shape", node.shape))
+    return tuple(ctx.extent(d) for d in axes) + spatial, axes
+
+
+def run_loop(ctx: Context, loop: Loop) -> None:
+    loop_dims = (*ctx.loop_index, loop.dim)
+    sizes = _window_sizes(ctx, loop)
+    init = {}
+    entry_axes = {}
+    for member, size in sizes.items():
+        node = ctx.graph[member]
+        shape, axes = _inner_shape(ctx, node, loop_dims)
+        init[member] = jnp.zeros((size, *shape), node.dtype)
+        entry_axes[member] = axes
+
+    def body(carry, index):
+        windows = {m: Window(carry[m], loop.dim, entry_axes[m]) for m in carry}
+        inner = ctx.child(loop.dim, index, windows)
+        run_steps(inner, loop.body)
+        new_carry = {
+            m: jnp.concatenate([inner.values[m].array[None], carry[m][:-1]]) for m in carry
+        }
+        outputs = {m: inner.values[m].array for m in loop.members}
+        return new_carry, outputs
+
+    indices = jnp.arange(ctx.extent(loop.dim))
+    _, stacked = jax.lax.scan(body, init, indices, reverse=loop.reverse)
+    for member, array in stacked.items():
+        node = ctx.graph[member]
+        _, axes = _inner_shape(ctx, node, loop_dims)
+        ordered = tuple(d for d in node.domain if d in (loop.dim, *axes))
+        perm = [((loop.dim, *axes)).index(d) for d in ordered]
+        perm += list(range(len(perm), array.ndim))
+        ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
+
+
+def execute(graph: Graph, bounds: dict[Bound, int], schedule: Schedule, inputs) -> dict:
+    ctx = Context(graph, bounds, inputs)
+    run_steps(ctx, schedule.steps)
+    return {name: ctx.values[edge.node].array for name, edge in graph.outputs}
+
+
+class JaxExecutable:
+    """The whole program as one jitted function, traced and compiled by the constructor."""
+
+    def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
+                 specs: Mapping[str, InputSpec]) -> None:  # fmt: skip
+        self.ir, self.bounds, self.schedule = graph, bounds, schedule
+        self.input_specs = specs
+        abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in specs.items()}
+        try:
+            lowered = jax.jit(partial(execute, graph, bounds, schedule)).lower(abstract)
+        except RecurrenceError as err:  # raised while tracing: drop JAX's frames
+            raise type(err)(str(err)) from None
+        self._compiled = lowered.compile()
+
+    def explain(self, file=None) -> list:
+        """For every op: its domain, the decision per dimension, its stage; also printed."""
+        from rlsys.compiler.explain import explain_rows
+
+        rows = explain_rows(self.ir, self.schedule)
+        print("\n".join(row.as_text() for row in rows), file=file)
+        return rows
+
+    def graph(self, format: str = "dot") -> str:
+        """The dependence graph as Graphviz text."""
+        from rlsys.compiler.explain import to_dot
+
+        if format != "dot":
+            raise RecurrenceError(f"graph format {format!r} is not supported; use 'dot'")
+        return to_dot(self.ir, self.schedule)
+
+    def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.input_specs, inputs or {})
+        outputs = self._compiled(arrays)
+        return {name: np.asarray(value) for name, value in outputs.items()}

@@ -1,0 +1,70 @@
+"""The rule record and the registry it is kept in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.indexing import Extent
+
+
+class ShapeError(RecurrenceError):
+    """Input shapes or dtypes that an op cannot combine."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[Extent, ...]
+    dtype: str
+
+
+Infer = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
+
+
+@dataclass(frozen=True)
+class OpRule:
+    name: str
+    infer: Infer
+    point: Callable[..., Any] | None  # None for structural ops
+
+
+RULES: dict[str, OpRule] = {}
+
+
+def register(name: str, infer: Infer, point: Callable[..., Any] | None) -> None:
+    if name in RULES:
+        raise ValueError(f"op {name!r} registered twice")
+    RULES[name] = OpRule(name, infer, point)
+
+
+def promote(dtypes: Sequence[str]) -> str:
+    # JAX's promotion lattice (int32 with float32 is float32, not NumPy's float64).
+    return str(jnp.result_type(*dtypes))
+
+
+def broadcast_shapes(op: str, shapes: Sequence[tuple[Extent, ...]]) -> tuple[Extent, ...]:
+    """NumPy broadcasting that also accepts symbolic extents (equal, or one side 1)."""
+    rank = max((len(s) for s in shapes), default=0)
+    result: list[Extent] = []
+    for axis in range(rank):
+        extents = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+        extents.discard(1)
+        if len(extents) > 1:
+            listed = " and ".join(str(tuple(s)) for s in shapes)
+            raise ShapeError(f"{op}: spatial shapes {listed} do not broadcast")
+        result.append(extents.pop() if extents else 1)
+    return tuple(result)
+
+
+def normalize_axes(op: str, axis: Any, rank: int) -> tuple[int, ...]:
+    axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    normal = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ShapeError(f"{op}: axis {a} is out of range for a spatial rank of {rank}")
+        normal.append(a % rank)
+    return tuple(normal)

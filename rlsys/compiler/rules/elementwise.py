@@ -1,0 +1,91 @@
+"""Elementwise ops: unary math, binary arithmetic and comparisons, `where`, `cast`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlsys.compiler.rules.base import TensorType, broadcast_shapes, promote, register
+
+UNARY = {
+    "neg": jnp.negative,
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "tanh": jnp.tanh,
+    "abs": jnp.abs,
+    "sqrt": jnp.sqrt,
+    "relu": jax.nn.relu,
+    "sigmoid": jax.nn.sigmoid,
+    "stop_gradient": jax.lax.stop_gradient,
+    "logical_not": jnp.logical_not,
+}
+ARITHMETIC = {
+    "add": jnp.add,
+    "sub": jnp.subtract,
+    "mul": jnp.multiply,
+    "div": jnp.true_divide,
+    "pow": jnp.power,
+    "maximum": jnp.maximum,
+    "minimum": jnp.minimum,
+}
+COMPARISON = {
+    "eq": jnp.equal,
+    "ne": jnp.not_equal,
+    "lt": jnp.less,
+    "le": jnp.less_equal,
+    "gt": jnp.greater,
+    "ge": jnp.greater_equal,
+    "logical_and": jnp.logical_and,
+    "logical_or": jnp.logical_or,
+}
+FLOAT_ONLY = {"exp", "log", "tanh", "sqrt", "sigmoid", "div"}
+
+
+def _same(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    return types[0]
+
+
+def _float_result(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    dtype = promote([t.dtype for t in types])
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = "float32"
+    return TensorType(broadcast_shapes("op", [t.shape for t in types]), dtype)
+
+
+def _arith(name: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        dtype = promote([t.dtype for t in types])
+        if name in FLOAT_ONLY and not jnp.issubdtype(dtype, jnp.floating):
+            dtype = "float32"
+        return TensorType(broadcast_shapes(name, [t.shape for t in types]), dtype)
+
+    return infer
+
+
+def _compare(name: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        return TensorType(broadcast_shapes(name, [t.shape for t in types]), "bool")
+
+    return infer
+
+
+def _where_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    shape = broadcast_shapes("where", [t.shape for t in types])
+    return TensorType(shape, promote([types[1].dtype, types[2].dtype]))
+
+
+def _cast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    return TensorType(types[0].shape, str(jnp.dtype(params["dtype"])))
+
+
+for _name, _fn in UNARY.items():
+    register(_name, _float_result if _name in FLOAT_ONLY else _same, _fn)
+for _name, _fn in ARITHMETIC.items():
+    register(_name, _arith(_name), _fn)
+for _name, _fn in COMPARISON.items():
+    register(_name, _compare(_name), _fn)
+register("where", _where_infer, jnp.where)
+register("cast", _cast_infer, lambda x, dtype: x.astype(dtype))

@@ -1,0 +1,78 @@
+"""Ops over spatial axes: reductions, cumulative and discounted sums, matmul, softmax."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, promote, register
+
+REDUCTIONS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min, "std": jnp.std}
+
+
+def _reduce(name: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        (x,) = types
+        axes = normalize_axes(name, params.get("axis"), len(x.shape))
+        keep = params.get("keepdims", False)
+        shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keep or k not in axes)
+        dtype = x.dtype if name in ("max", "min", "sum") else promote([x.dtype, "float32"])
+        return TensorType(shape, dtype)
+
+    return infer
+
+
+def _along_axis(name: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        x = types[0]
+        normalize_axes(name, params.get("axis", 0), len(x.shape))
+        for other in types[1:]:
+            if other.shape != x.shape:
+                raise ShapeError(f"{name}: shapes {x.shape} and {other.shape} differ")
+        return x
+
+    return infer
+
+
+def _discounted_cum_sum(x, done=None, *, gamma: float, axis: int = 0):
+    """y[k] = x[k] + gamma * (1 - done[k]) * y[k+1] along `axis`, y past the end = 0."""
+    x = jnp.moveaxis(x, axis, 0)
+    keep = jnp.ones_like(x) if done is None else 1.0 - jnp.moveaxis(done, axis, 0).astype(x.dtype)
+
+    def step(carry, inputs):
+        value, cont = inputs
+        carry = value + gamma * cont * carry
+        return carry, carry
+
+    _, ys = jax.lax.scan(step, jnp.zeros_like(x[0]), (x, keep), reverse=True)
+    return jnp.moveaxis(ys, 0, axis)
+
+
+def _matmul_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    a, b = types
+    if not a.shape or not b.shape:
+        raise ShapeError("matmul: both operands need at least one spatial axis")
+    inner_a = a.shape[-1]
+    inner_b = b.shape[-2] if len(b.shape) > 1 else b.shape[0]
+    if inner_a != inner_b:
+        raise ShapeError(f"matmul: inner sizes differ ({a.shape} @ {b.shape})")
+    shape = (*a.shape[:-1], *(b.shape[-1:] if len(b.shape) > 1 else ()))
+    return TensorType(shape, promote([a.dtype, b.dtype]))
+
+
+def _softmax_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    (x,) = types
+    normalize_axes("softmax", params.get("axis", -1), len(x.shape))
+    return TensorType(x.shape, promote([x.dtype, "float32"]))
+
+
+for _name, _fn in REDUCTIONS.items():
+    register(_name, _reduce(_name), _fn)
+register("cumsum", _along_axis("cumsum"), lambda x, axis=0: jnp.cumsum(x, axis=axis))
+register("discounted_cum_sum", _along_axis("discounted_cum_sum"), _discounted_cum_sum)
+register("matmul", _matmul_infer, jnp.matmul)
+register("softmax", _softmax_infer, lambda x, axis=-1: jax.nn.softmax(x, axis=axis))
+register("log_softmax", _softmax_infer, lambda x, axis=-1: jax.nn.log_softmax(x, axis=axis))

@@ -1,0 +1,228 @@
+"""Per-dimension dependence analysis: which dimension of which op is a loop, which a vector.
+
+The method is the classic loop-nest construction for recurrence equations (Allen and
+Kennedy's codegen), applied to recurrent tensors:
+
+    def plan(nodes, loop_dims):
+        graph = dependences among `nodes`, minus those carried by an enclosing loop
+        for scc in strongly_connected_components(graph), producers first:
+            if scc is one node without a self-dependence:
+                Compute(node)            # vectorized over every dim not in loop_dims
+            else:
+                d = outermost dim that carries a dependence inside scc
+                Loop(d, body=plan(scc, loop_dims + (d,)))   # a sequential scan over d
+
+A dependence is *carried* along d when its index on d is not d itself (`d - 1`, `d + 1`, a
+slice); one whose index is d itself is satisfied within the same iteration. So in a PPO
+program the acting chain (obs -> policy -> env step -> obs[t + 1]) becomes a scan over t
+nested in the scan over i that the parameter update (theta[i + 1] = ...) makes, while the
+batch dimension b, which no dependence crosses, is vectorized everywhere.
+
+A cycle that no dimension carries (`x[t] = x[t] + 1`) has no base case; a scan that would
+have to read both earlier and later points of itself cannot be ordered. Both are errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Affine, Dim, Index, Slice
+from rlsys.compiler.ir import Edge, Graph, Node
+
+
+class ScheduleError(RecurrenceError):
+    """A dependence structure that no loop order can compute."""
+
+
+@dataclass(frozen=True)
+class Compute:
+    node: int
+    vector_dims: tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class Loop:
+    dim: Dim
+    reverse: bool  # True when the recurrence reads later points (returns, GAE)
+    members: frozenset[int]
+    body: tuple[Compute | Loop, ...]
+
+
+Step = Compute | Loop
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: tuple[Step, ...]
+    loops_of: dict[int, tuple[Dim, ...]] = field(default_factory=dict)  # node -> loop dims
+
+    def decision(self, node: Node, dim: Dim) -> str:
+        return "scan" if dim in self.loops_of.get(node.id, ()) else "vectorize"
+
+
+def index_on(edge: Edge, producer: Node, dim: Dim) -> Index | None:
+    """The index an edge uses for the producer's dimension `dim` (None: not in its domain)."""
+    for d, item in zip(producer.domain, edge.index, strict=True):
+        if d is dim:
+            return item
+    return None
+
+
+def is_same_point(item: Index | None, dim: Dim) -> bool:
+    return isinstance(item, Affine) and item.single_dim() == (dim, 0)
+
+
+def carried_offset(item: Index, dim: Dim) -> int | None:
+    """k for an index `dim + k`; None for any other form (slices, min/max, other dims)."""
+    if isinstance(item, Affine):
+        single = item.single_dim()
+        if single is not None and single[0] is dim:
+            return single[1]
+    return None
+
+
+def dependences(graph: Graph, nodes: Iterable[int], loop_dims: tuple[Dim, ...]):
+    """(consumer, producer, edge) among `nodes`, without those carried by a loop dim."""
+    members = set(nodes)
+    for node_id in members:
+        node = graph[node_id]
+        for edge in node.all_edges():
+            if edge.node not in members:
+                continue
+            producer = graph[edge.node]
+            carried = any(
+                not is_same_point(index_on(edge, producer, d), d)
+                for d in loop_dims
+                if d in producer.domain
+            )
+            if not carried:
+                yield node_id, edge.node, edge
+
+
+def strongly_connected(nodes: list[int], deps: dict[int, set[int]]) -> list[list[int]]:
+    """Tarjan's algorithm, iterative; components come dependencies-first."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    components: list[list[int]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(deps[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, successors = work[-1]
+            advanced = False
+            for succ in successors:
+                if succ not in index:
+                    index[succ] = low[succ] = len(index)
+                    stack.append(succ)
+                    on_stack.add(succ)
+                    work.append((succ, iter(sorted(deps[succ]))))
+                    advanced = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def build_schedule(graph: Graph, needed: Iterable[int]) -> Schedule:
+    loops_of: dict[int, tuple[Dim, ...]] = {}
+    steps = _plan(graph, sorted(set(needed)), (), loops_of)
+    return Schedule(tuple(steps), loops_of)
+
+
+def _plan(graph: Graph, nodes: list[int], loop_dims: tuple[Dim, ...], loops_of) -> list[Step]:
+    deps: dict[int, set[int]] = {n: set() for n in nodes}
+    self_loops: set[int] = set()
+    internal: list[tuple[int, int, Edge]] = []
+    for consumer, producer, edge in dependences(graph, nodes, loop_dims):
+        deps[consumer].add(producer)
+        internal.append((consumer, producer, edge))
+        if consumer == producer:
+            self_loops.add(consumer)
+    steps: list[Step] = []
+    for component in strongly_connected(nodes, deps):
+        if len(component) == 1 and component[0] not in self_loops:
+            node = graph[component[0]]
+            loops_of[node.id] = loop_dims
+            steps.append(Compute(node.id, tuple(d for d in node.domain if d not in loop_dims)))
+            continue
+        members = frozenset(component)
+        edges = [(c, p, e) for c, p, e in internal if c in members and p in members]
+        dim, reverse = _loop_dim(graph, members, edges, loop_dims)
+        body = _plan(graph, component, (*loop_dims, dim), loops_of)
+        steps.append(Loop(dim, reverse, members, tuple(body)))
+    return steps
+
+
+def _loop_dim(graph: Graph, members, edges, loop_dims) -> tuple[Dim, bool]:
+    for dim in graph.dims:
+        if dim in loop_dims:
+            continue
+        offsets = []
+        for _, producer, edge in edges:
+            item = index_on(edge, graph[producer], dim)
+            if item is not None and not is_same_point(item, dim):
+                offsets.append((edge, producer, item))
+        if not offsets:
+            continue
+        lacking = [graph[m] for m in members if dim not in graph[m].domain]
+        if lacking:
+            raise ScheduleError(_describe(graph, members, (
+                f"a recurrence along {dim.name} passes through {lacking[0].label()}, which "
+                f"does not vary along {dim.name}")))  # fmt: skip
+        return dim, _direction(graph, members, dim, offsets)
+    raise ScheduleError(_describe(graph, members, (
+        "these tensors depend on each other at the same point, so no order computes them; "
+        "a recurrence needs a base case and a shifted index, e.g. x[0] = ... and "
+        "x[t + 1] = f(x[t])")))  # fmt: skip
+
+
+def _direction(graph: Graph, members, dim: Dim, offsets) -> bool:
+    signs = set()
+    for _, producer, item in offsets:
+        k = carried_offset(item, dim)
+        if k is None:
+            if isinstance(item, Slice) or item.dims() - {dim}:
+                raise ScheduleError(_describe(graph, members, (
+                    f"the recurrence along {dim.name} reads {graph[producer].label()} with "
+                    f"index {item}; inside a recurrence use {dim.name} - k or {dim.name} + k "
+                    "(slices of a recurrence are not supported yet)")))  # fmt: skip
+            raise ScheduleError(_describe(graph, members, (
+                f"cannot order the recurrence along {dim.name}: {graph[producer].label()} is "
+                f"read at {item}")))  # fmt: skip
+        signs.add(k > 0)
+    if len(signs) > 1:
+        raise ScheduleError(_describe(graph, members, (
+            f"the recurrence along {dim.name} reads both earlier and later points of itself, "
+            "so it can run neither forwards nor backwards")))  # fmt: skip
+    return signs.pop()
+
+
+def _describe(graph: Graph, members, message: str) -> str:
+    named = sorted(members, key=lambda m: (graph[m].name is None, m))
+    node = graph[named[0]]
+    where = f" (at {node.source})" if node.source else ""
+    labels = ", ".join(graph[m].label() for m in named[:6])
+    return f"{node.label()}: {message}; tensors involved: {labels}{where}"

@@ -1,0 +1,273 @@
+"""`RecurrentTensor`: the user-facing handle on a node. Thin sugar: all logic lives elsewhere.
+
+User code describes one point of a tensor's domain: `x[b, t + 1] = x[b, t] * 2.0` says that
+for every b and every t with t + 1 < T, x at (b, t + 1) is twice x at (b, t).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Affine, Dim, IndexExpr, Symbol, as_expr
+from rlsys.compiler.indexing import apply_index
+from rlsys.compiler.ir import Edge
+from rlsys.compiler.rules import TensorType
+
+if TYPE_CHECKING:
+    from rlsys.compiler.builder import Program
+
+Operand = Any  # a RecurrentTensor, a Python/NumPy scalar or array, a Dim or index expression
+
+
+class RecurrentTensor:
+    __slots__ = ("node_id", "program")
+
+    def __init__(self, program: Program, node_id: int) -> None:
+        self.program = program
+        self.node_id = node_id
+
+    # -- what it is -------------------------------------------------------------------------
+    @property
+    def node(self):
+        return self.program.node(self.node_id)
+
+    @property
+    def domain(self) -> tuple[Dim, ...]:
+        return self.node.domain
+
+    @property
+    def shape(self) -> tuple:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.node.dtype
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    @property
+    def label(self) -> str:
+        return self.node.label()
+
+    def __repr__(self) -> str:
+        dims = ", ".join(d.name for d in self.domain)
+        return f"RecurrentTensor({self.label}, domain=({dims}), shape={self.shape}, {self.dtype})"
+
+    def __bool__(self) -> bool:
+        raise RecurrenceError(
+            f"{self.label} has no single truth value while the program is being built; "
+            "use rt.where(cond, a, b) instead of `if`"
+        )
+
+    # -- indexing ---------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> RecurrentTensor:
+        node = self.node
+        result = apply_index(node.domain, node.shape, key, self.program.dims, self.label)
+        type_ = TensorType(result.shape, node.dtype)
+        edge = Edge(self.node_id, result.index)
+        return self.program.add_node("index", [edge], result.domain, type_, _type_params(type_))
+
+    def __setitem__(self, key: Any, value: Operand) -> None:
+        from rlsys.compiler.definitions import define
+
+        define(self, key, value)
+
+    # -- elementwise ------------------------------------------------------------------------
+    def _binary(self, op: str, other: Operand, reverse: bool = False) -> RecurrentTensor:
+        other = lift(self.program, other)
+        operands = [other, self] if reverse else [self, other]
+        return self.program.apply(op, operands)
+
+    def __add__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("add", o)
+
+    def __radd__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("add", o, True)
+
+    def __sub__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("sub", o)
+
+    def __rsub__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("mul", o)
+
+    def __rmul__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("div", o, True)
+
+    def __pow__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("pow", o)
+
+    def __matmul__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("matmul", o)
+
+    def __rmatmul__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("matmul", o, True)
+
+    def __neg__(self) -> RecurrentTensor:
+        return self.program.apply("neg", [self])
+
+    def __lt__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("lt", o)
+
+    def __le__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("le", o)
+
+    def __gt__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("gt", o)
+
+    def __ge__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("ge", o)
+
+    def __eq__(self, o: Operand) -> RecurrentTensor:  # type: ignore[override]
+        return self._binary("eq", o)
+
+    def __ne__(self, o: Operand) -> RecurrentTensor:  # type: ignore[override]
+        return self._binary("ne", o)
+
+    def __and__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("logical_and", o)
+
+    def __or__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("logical_or", o)
+
+    def __invert__(self) -> RecurrentTensor:
+        return self.program.apply("logical_not", [self])
+
+    __hash__ = object.__hash__  # __eq__ builds a tensor, so identity hashing is kept explicitly
+
+    def _unary(self, op: str, **params: Any) -> RecurrentTensor:
+        return self.program.apply(op, [self], **params)
+
+    def exp(self) -> RecurrentTensor:
+        return self._unary("exp")
+
+    def log(self) -> RecurrentTensor:
+        return self._unary("log")
+
+    def tanh(self) -> RecurrentTensor:
+        return self._unary("tanh")
+
+    def abs(self) -> RecurrentTensor:
+        return self._unary("abs")
+
+    def sqrt(self) -> RecurrentTensor:
+        return self._unary("sqrt")
+
+    def relu(self) -> RecurrentTensor:
+        return self._unary("relu")
+
+    def sigmoid(self) -> RecurrentTensor:
+        return self._unary("sigmoid")
+
+    def stop_gradient(self) -> RecurrentTensor:
+        return self._unary("stop_gradient")
+
+    def astype(self, dtype: str) -> RecurrentTensor:
+        return self._unary("cast", dtype=str(np.dtype(dtype)))
+
+    # -- over spatial axes ------------------------------------------------------------------
+    def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._unary("sum", axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._unary("mean", axis=axis, keepdims=keepdims)
+
+    def max(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._unary("max", axis=axis, keepdims=keepdims)
+
+    def min(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._unary("min", axis=axis, keepdims=keepdims)
+
+    def std(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
+        return self._unary("std", axis=axis, keepdims=keepdims)
+
+    def cumsum(self, axis: int = 0) -> RecurrentTensor:
+        return self._unary("cumsum", axis=axis)
+
+    def discounted_cum_sum(self, gamma: float, done: Operand = None, axis: int = 0):
+        """y[k] = x[k] + gamma * (1 - done[k]) * y[k+1] along spatial `axis` (from the end)."""
+        if done is None:
+            return self._unary("discounted_cum_sum", gamma=float(gamma), axis=axis)
+        done = lift(self.program, done)
+        return self.program.apply("discounted_cum_sum", [self, done], gamma=float(gamma),
+                                  axis=axis)  # fmt: skip
+
+    def softmax(self, axis: int = -1) -> RecurrentTensor:
+        return self._unary("softmax", axis=axis)
+
+    def log_softmax(self, axis: int = -1) -> RecurrentTensor:
+        return self._unary("log_softmax", axis=axis)
+
+
+def _type_params(type_: TensorType) -> dict[str, Any]:
+    return {"shape": tuple(type_.shape), "dtype": type_.dtype}
+
+
+def lift(program: Program, value: Operand) -> RecurrentTensor:
+    """Turn an operand into a tensor: scalars and arrays become constants, dimensions and
+    index expressions become their integer value at each point."""
+    if isinstance(value, RecurrentTensor):
+        if value.program is not program:
+            raise RecurrenceError(f"{value.label} belongs to another program")
+        return value
+    if isinstance(value, Symbol | IndexExpr):
+        expr = as_expr(value)
+        type_ = TensorType((), "int32")
+        params = {**_type_params(type_), "expr": expr}
+        return program.add_node("dim_value", [], expr.dims(), type_, params)
+    return constant(program, value)
+
+
+def constant(program: Program, value: Any, dtype: str | None = None) -> RecurrentTensor:
+    array = np.asarray(value)
+    if dtype is None:  # Python scalars take JAX's default 32-bit types
+        kind = array.dtype.kind
+        dtype = {"f": "float32", "i": "int32", "u": "int32", "b": "bool"}.get(kind)
+        if dtype is None:
+            raise RecurrenceError(f"cannot make a constant of {value!r} (dtype {array.dtype})")
+    array = array.astype(dtype)
+    type_ = TensorType(array.shape, str(array.dtype))
+    params = {**_type_params(type_), "value": _Frozen(array)}
+    return program.add_node("const", [], (), type_, params)
+
+
+class _Frozen:
+    """An array inside a node's params: hashable by content, so equal constants are shared."""
+
+    __slots__ = ("array", "key")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.array.flags.writeable = False
+        self.key = (array.dtype.str, array.shape, array.tobytes())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Frozen) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return np.array2string(self.array, threshold=8)
+
+
+def is_plain_dim(expr: IndexExpr) -> Dim | None:
+    """The dimension `d` when `expr` is exactly `d`, else None."""
+    if isinstance(expr, Affine):
+        single = expr.single_dim()
+        if single and single[1] == 0:
+            return single[0]
+    return None

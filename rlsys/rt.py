@@ -1,0 +1,86 @@
+"""Recurrent tensors: write an RL algorithm once, for one point of its symbolic domain.
+
+    import rlsys.rt as rt
+    prog = rt.Program(dims=("b", "t"))
+    b, t = prog.dims
+    B, T = prog.bounds
+    with prog:
+        x = rt.placeholder(shape=(), dtype="float32", domain=(b, t))
+        x[b, 0] = 1.0
+        x[b, t + 1] = x[b, t] * 2.0
+        prog.output("total", x[b, 0:T].sum())
+    exe = prog.compile(bounds={B: 4, T: 8})
+    exe.run()["total"]          # 255.0 for every b
+
+See the README's tutorial for the indexing rules, recurrences and errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rlsys.compiler.builder import Program, assigned_name, current_program, user_source_line
+from rlsys.compiler.errors import IndexExprError, RecurrenceError
+from rlsys.compiler.index import Dim
+from rlsys.compiler.index import index_max as max
+from rlsys.compiler.index import index_min as min
+from rlsys.compiler.rules import ShapeError, TensorType
+from rlsys.compiler.tensor import RecurrentTensor, constant, lift
+
+__all__ = [
+    "Dim", "IndexExprError", "Program", "RecurrenceError", "RecurrentTensor", "ShapeError",
+    "const", "input", "max", "maximum", "min", "minimum", "placeholder", "where",
+]  # fmt: skip
+
+
+def _domain(program: Program, domain: Sequence[Dim] | None) -> tuple[Dim, ...]:
+    return program.dims if domain is None else program.order(domain)
+
+
+def placeholder(
+    shape: tuple[int, ...] = (),
+    dtype: str = "float32",
+    domain: Sequence[Dim] | None = None,
+    name: str | None = None,
+) -> RecurrentTensor:
+    """A tensor defined afterwards, point set by point set: `x[b, 0] = ...`, `x[b, t+1] = ...`."""
+    program = current_program()
+    source = user_source_line()
+    type_ = TensorType(tuple(shape), str(dtype))
+    params = {"shape": type_.shape, "dtype": type_.dtype}
+    return program.add_node("merge", [], _domain(program, domain), type_, params,
+                            name=name or assigned_name(source), source=source)  # fmt: skip
+
+
+def input(
+    name: str,
+    shape: tuple[int, ...] = (),
+    dtype: str = "float32",
+    domain: Sequence[Dim] | None = None,
+) -> RecurrentTensor:
+    """Data given at run time: `exe.run({name: array})`, array shaped (*domain bounds, *shape)."""
+    program = current_program()
+    type_ = TensorType(tuple(shape), str(dtype))
+    params = {"shape": type_.shape, "dtype": type_.dtype, "name": name}
+    return program.add_node("input", [], _domain(program, domain), type_, params, name=name)
+
+
+def const(value: Any, dtype: str | None = None) -> RecurrentTensor:
+    """A constant (a scalar or an array); the same at every point."""
+    return constant(current_program(), value, dtype)
+
+
+def where(cond: Any, a: Any, b: Any) -> RecurrentTensor:
+    program = current_program()
+    return program.apply("where", [lift(program, x) for x in (cond, a, b)])
+
+
+def maximum(a: Any, b: Any) -> RecurrentTensor:
+    program = current_program()
+    return program.apply("maximum", [lift(program, a), lift(program, b)])
+
+
+def minimum(a: Any, b: Any) -> RecurrentTensor:
+    program = current_program()
+    return program.apply("minimum", [lift(program, a), lift(program, b)])

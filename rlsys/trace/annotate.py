@@ -1,0 +1,281 @@
+"""Annotations: `operation(name)`, `phase(name)`, `progress(steps, total)`, and the recorder.
+
+    import rlsys
+    with rlsys.operation("inference"):
+        action = policy(obs)
+    rlsys.progress(step, total_steps)
+
+When nothing records (the normal case), `operation` and `phase` return one shared do-nothing
+context manager and `progress` returns at once: the cost is a function call and an attribute
+read (measured in benchmarks/RESULTS.md, "annotation overhead").
+
+When a `Recorder` is active (`start_recording(dir)`, or `rlsys profile`), each annotation
+becomes an `Event` of category OPERATION; a phase is an operation with `attrs={"kind":
+"phase"}`, and operations inside a phase carry its name as their `region`. Annotations nest
+like a stack per thread; closing one that is not the innermost open one raises
+`AnnotationNestingError` (only while recording: the disabled path checks nothing, by design).
+
+Processes: the recorder writes `<dir>/<pid>.jsonl`. A forked child starts its own file (its
+parent's buffered events stay with the parent); a spawned child that imports rlsys starts
+recording because `start_recording` exports RLSYS_TRACE_DIR to the environment.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlsys.trace.events import Category, Event, ProcessInfo, SessionWriter, clock_ns
+
+TRACE_DIR_ENV = "RLSYS_TRACE_DIR"
+
+
+class AnnotationNestingError(RuntimeError):
+    """An annotation was closed while an annotation opened inside it was still open."""
+
+
+class _ThreadState:
+    __slots__ = ("stack", "tid")
+
+    def __init__(self, tid: int) -> None:
+        self.tid = tid
+        self.stack: list[_Span] = []
+
+
+class Recorder:
+    """Collects events of this process and streams them to `<directory>/<pid>.jsonl`.
+
+    Events are buffered and written every `flush_every` events (and at `close`), so a crash
+    loses at most one buffer. `clock` is injectable so that tests are exact.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        flush_every: int = 4096,
+        clock: Callable[[], int] = clock_ns,
+        command: str | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.flush_every = flush_every
+        self.clock = clock
+        self.pid = os.getpid()
+        self.process = ProcessInfo.current(command=command, start_ns=clock())
+        self.writer = SessionWriter(self.directory / f"{self.pid}.jsonl", self.process)
+        # deque: append and popleft are atomic, so threads emit without taking a lock.
+        self._pending: collections.deque[Event] = collections.deque()
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def path(self) -> Path:
+        return self.writer.path
+
+    def thread_state(self) -> _ThreadState:
+        try:
+            return self._local.state
+        except AttributeError:
+            thread = threading.current_thread()
+            state = _ThreadState(threading.get_native_id())
+            self._local.state = state
+            with self._write_lock:
+                self.writer.write_thread(self.pid, state.tid, thread.name)
+            return state
+
+    def emit(self, event: Event) -> None:
+        self._pending.append(event)
+        if len(self._pending) >= self.flush_every:
+            self.flush()
+
+    def instant(self, name: str, attrs: dict[str, Any] | None = None) -> None:
+        now = self.clock()
+        tid = self.thread_state().tid
+        self.emit(Event(name, Category.OPERATION, now, now, self.pid, tid, attrs=attrs))
+
+    def flush(self) -> None:
+        with self._write_lock:
+            batch = []
+            while self._pending:
+                batch.append(self._pending.popleft())
+            if batch:
+                self.writer.write_events(batch)
+
+    def close(self) -> None:
+        self.flush()
+        with self._write_lock:
+            self.writer.close()
+
+    def restart_in_child(self) -> Recorder:
+        """After fork: a recorder for this new process, keeping this thread's open spans."""
+        child = Recorder(self.directory, flush_every=self.flush_every, clock=self.clock)
+        inherited = getattr(self._local, "state", None)
+        if inherited is not None:
+            state = child.thread_state()
+            state.stack = list(inherited.stack)
+            for span in state.stack:
+                span.recorder, span.state = child, state
+        # The parent's file object was copied by fork: drop it without writing to it.
+        self.writer._file = None
+        _close_when_multiprocessing_child_exits(child)
+        return child
+
+
+class _Span:
+    """An open annotation; records one event when it closes."""
+
+    __slots__ = ("attrs", "name", "recorder", "region", "start_ns", "state")
+
+    def __init__(self, recorder: Recorder, name: str, attrs: dict[str, Any] | None) -> None:
+        self.recorder = recorder
+        self.name = name
+        self.attrs = attrs
+
+    def __enter__(self) -> _Span:
+        state = self.recorder.thread_state()
+        self.state = state
+        self.region = _innermost_phase(state.stack)
+        state.stack.append(self)
+        self.start_ns = self.recorder.clock()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        end = self.recorder.clock()
+        stack = self.state.stack
+        if not stack or stack[-1] is not self:
+            inner = stack[-1].name if stack else None
+            raise AnnotationNestingError(
+                f"annotation {self.name!r} was closed while {inner!r} (opened inside it) is "
+                "still open; close annotations in the reverse order of opening, e.g. with "
+                "nested `with` blocks"
+            )
+        stack.pop()
+        rec = self.recorder
+        rec.emit(
+            Event(self.name, Category.OPERATION, self.start_ns, end, rec.pid, self.state.tid,
+                  region=self.region, attrs=self.attrs)
+        )  # fmt: skip
+
+
+def _innermost_phase(stack: list[_Span]) -> str | None:
+    for span in reversed(stack):
+        if span.attrs is _PHASE_ATTRS:
+            return span.name
+    return None
+
+
+_PHASE_ATTRS = {"kind": "phase"}
+
+
+class _Disabled:
+    """The shared do-nothing annotation used while nothing records."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Disabled:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_DISABLED = _Disabled()
+
+
+class _Active:
+    """The recorder of this process, if any.
+
+    Process-wide on purpose: annotations from every thread must reach the same recorder, and
+    threads do not inherit `contextvars` values, so a ContextVar would lose them.
+    """
+
+    recorder: Recorder | None = None
+
+
+def operation(name: str) -> _Span | _Disabled:
+    """Annotate the enclosed code as operation `name` (e.g. "inference", "simulation")."""
+    recorder = _Active.recorder
+    if recorder is None:
+        return _DISABLED
+    return _Span(recorder, name, None)
+
+
+def phase(name: str) -> _Span | _Disabled:
+    """Annotate a coarse phase of the run (e.g. "warmup", "training", "evaluation")."""
+    recorder = _Active.recorder
+    if recorder is None:
+        return _DISABLED
+    return _Span(recorder, name, _PHASE_ATTRS)
+
+
+def progress(steps: int, total: int | None = None) -> None:
+    """Report that `steps` of `total` units of work (env steps, iterations) are done."""
+    recorder = _Active.recorder
+    if recorder is not None:
+        recorder.instant("progress", {"steps": steps, "total": total})
+
+
+def active_recorder() -> Recorder | None:
+    return _Active.recorder
+
+
+def start_recording(directory: str | os.PathLike[str], **options: Any) -> Recorder:
+    """Record this process (and children that import rlsys) into `directory`."""
+    if _Active.recorder is not None:
+        raise RuntimeError(
+            f"already recording into {_Active.recorder.directory}; call stop_recording() first"
+        )
+    recorder = Recorder(directory, **options)
+    _Active.recorder = recorder
+    os.environ[TRACE_DIR_ENV] = str(recorder.directory.resolve())
+    return recorder
+
+
+def stop_recording() -> Path | None:
+    """Flush and close the active recorder; returns the file it wrote, or None."""
+    recorder, _Active.recorder = _Active.recorder, None
+    if recorder is None:
+        return None
+    os.environ.pop(TRACE_DIR_ENV, None)
+    recorder.close()
+    return recorder.path
+
+
+def _close_when_multiprocessing_child_exits(recorder: Recorder) -> None:
+    # multiprocessing ends a forked child with os._exit, which skips atexit, but runs its own
+    # finalizers first. It also clears them right after the fork and then runs its after-fork
+    # hooks, so the finalizer is registered from such a hook.
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(recorder, _close_at_multiprocessing_exit)
+
+
+def _close_at_multiprocessing_exit(recorder: Recorder) -> None:
+    sys.modules["multiprocessing.util"].Finalize(None, recorder.close, exitpriority=0)
+
+
+def _after_fork_in_child() -> None:
+    if _Active.recorder is not None:
+        _Active.recorder = _Active.recorder.restart_in_child()
+
+
+def _close_at_exit() -> None:
+    if _Active.recorder is not None:
+        _Active.recorder.close()
+
+
+def _start_from_environment() -> None:
+    directory = os.environ.get(TRACE_DIR_ENV)
+    if directory and _Active.recorder is None:
+        _Active.recorder = Recorder(directory)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_at_exit)
+_start_from_environment()

@@ -1,0 +1,324 @@
+"""The event model every part of rlsys shares: `Event`, `ProcessInfo`, `Session`.
+
+An `Event` is one interval of time on one thread (or device queue) of one process. Times are
+integer nanoseconds of one monotonic clock (`time.monotonic_ns`, CLOCK_MONOTONIC on Linux),
+which all processes of a machine share, so sessions recorded in several processes combine
+without clock alignment. An event whose start equals its end is an *instant* (a mark such as
+a progress report).
+
+A `Session` is plain data: the processes it covers, their events and thread names. It saves
+to and loads from the JSON-lines format below, combines with the sessions of other processes,
+and exports to the Chrome trace format (`rlsys.trace.chrome`).
+
+File format `rlsys-trace`, version 1 (UTF-8, one JSON array per line, first element a tag):
+
+    ["rlsys-trace", 1]                                   first line: magic and version
+    ["process", {ProcessInfo fields}]                    one per process in the session
+    ["thread", pid, tid, "name"]                         thread name, before or after its events
+    ["event", name, category, start_ns, end_ns, pid, tid, device, region, attrs]
+    ["end", {"events": n}]                               footer, written on a clean close
+
+Writers append lines in batches and flush each batch, so a process that dies loses at most the
+batch it had not yet written; a file without the footer loads with `complete=False`, and a
+torn last line (the process died mid-write) is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+FORMAT_NAME = "rlsys-trace"
+FORMAT_VERSION = 1
+
+clock_ns = time.monotonic_ns
+"""The one clock of rlsys events. Tests pass a fake clock to recorders instead."""
+
+
+class Category(enum.StrEnum):
+    """What an interval of time was spent on."""
+
+    PYTHON = "python"  # interpreter time not inside any of the others
+    SIMULATOR = "simulator"  # inside an environment's native code
+    BACKEND = "backend"  # inside the ML framework (PyTorch ops, JAX dispatch/execution)
+    CUDA_API = "cuda_api"  # CPU time in CUDA runtime / driver calls
+    GPU_KERNEL = "gpu_kernel"  # kernels, memcpy, memset on a GPU
+    OPERATION = "operation"  # a user or automatic annotation: inference, simulation, ...
+    COMPILE = "compile"  # tracing / compiling a program
+    COMM = "comm"  # moving data between processes or machines
+    WAIT = "wait"  # blocked on a queue, lock or another process
+    OVERHEAD = "overhead"  # the profiler's own bookkeeping
+
+
+class TraceFormatError(ValueError):
+    """A file is not a readable rlsys trace; the message says which file, line and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One interval [start_ns, end_ns] on thread `tid` of process `pid`.
+
+    `device` is "cpu" for host threads and e.g. "cuda:0" for GPU activity; `region` names the
+    enclosing phase or compiled region when one is known; `attrs` holds small JSON values.
+    """
+
+    name: str
+    category: Category
+    start_ns: int
+    end_ns: int
+    pid: int
+    tid: int
+    device: str = "cpu"
+    region: str | None = None
+    attrs: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.end_ns < self.start_ns:
+            raise ValueError(
+                f"event {self.name!r} ends before it starts "
+                f"(start_ns={self.start_ns}, end_ns={self.end_ns})"
+            )
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def to_record(self) -> list[Any]:
+        return [
+            "event", self.name, str(self.category), self.start_ns, self.end_ns,
+            self.pid, self.tid, self.device, self.region,
+            dict(self.attrs) if self.attrs else None,
+        ]  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: list[Any]) -> Event:
+        _, name, category, start, end, pid, tid, device, region, attrs = record
+        return cls(name, Category(category), start, end, pid, tid, device, region, attrs)
+
+
+def _installed_version(distribution: str) -> str | None:
+    # Read package metadata instead of importing: importing torch costs seconds.
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """Who recorded a session: one process, its command and the versions that matter."""
+
+    pid: int
+    parent_pid: int
+    command: str
+    argv: tuple[str, ...]
+    host: str
+    python: str
+    jax: str | None
+    torch: str | None
+    start_wall_time: float  # seconds since the epoch, for humans
+    start_ns: int  # the event clock at the same moment, to relate the two
+
+    @classmethod
+    def current(cls, command: str | None = None, start_ns: int | None = None) -> ProcessInfo:
+        argv = tuple(sys.argv)
+        return cls(
+            pid=os.getpid(),
+            parent_pid=os.getppid(),
+            command=command if command is not None else " ".join(argv),
+            argv=argv,
+            host=socket.gethostname(),
+            python=platform.python_version(),
+            jax=_installed_version("jax"),
+            torch=_installed_version("torch"),
+            start_wall_time=time.time(),
+            start_ns=clock_ns() if start_ns is None else start_ns,
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["argv"] = tuple(values.get("argv", ()))
+        return cls(**values)
+
+
+def _dump_line(record: list[Any]) -> str:
+    # default=str: an attribute that JSON cannot hold must never crash the traced program.
+    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+
+
+class SessionWriter:
+    """Streams a session to disk: header at open, batches of records, footer at close."""
+
+    def __init__(self, path: str | os.PathLike[str], process: ProcessInfo) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: TextIO | None = self.path.open("w", encoding="utf-8")
+        self._events_written = 0
+        self._write([[FORMAT_NAME, FORMAT_VERSION], ["process", asdict(process)]])
+
+    def _write(self, records: Iterable[list[Any]]) -> None:
+        if self._file is None:
+            raise ValueError(f"session writer for {self.path} is already closed")
+        self._file.write("".join(_dump_line(r) for r in records))
+        self._file.flush()
+
+    def write_events(self, events: Iterable[Event]) -> None:
+        records = [e.to_record() for e in events]
+        self._events_written += len(records)
+        self._write(records)
+
+    def write_thread(self, pid: int, tid: int, name: str) -> None:
+        self._write([["thread", pid, tid, name]])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._write([["end", {"events": self._events_written}]])
+            self._file.close()
+            self._file = None
+
+    def abandon(self) -> None:
+        """Close without the footer (the file stays loadable, marked incomplete)."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+
+@dataclass
+class Session:
+    """Events plus the processes and thread names they came from."""
+
+    processes: tuple[ProcessInfo, ...]
+    events: list[Event] = field(default_factory=list)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    complete: bool = True  # False when a writer died before its footer (partial profile)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the whole session in the streaming format; returns the path."""
+        path = Path(path)
+        first, *others = self.processes
+        writer = SessionWriter(path, first)
+        for process in others:
+            writer._write([["process", asdict(process)]])
+        for (pid, tid), name in sorted(self.thread_names.items()):
+            writer.write_thread(pid, tid, name)
+        writer.write_events(self.events)
+        if self.complete:
+            writer.close()
+        else:
+            writer.abandon()
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Session:
+        """Read a session file; a missing footer or a torn last line means `complete=False`."""
+        return _read_session(Path(path))
+
+    @classmethod
+    def load_dir(cls, directory: str | os.PathLike[str]) -> Session:
+        """Load and combine every `*.jsonl` session of a recording directory."""
+        paths = sorted(Path(directory).glob("*.jsonl"))
+        if not paths:
+            raise TraceFormatError(
+                f"{directory}: no *.jsonl session files; record into it with "
+                "rlsys.trace.start_recording(directory) or `rlsys profile --out`"
+            )
+        return cls.combine(cls.load(p) for p in paths)
+
+    @classmethod
+    def combine(cls, sessions: Iterable[Session]) -> Session:
+        """Merge sessions of several processes into one, events ordered by start time."""
+        sessions = list(sessions)
+        if not sessions:
+            raise ValueError("Session.combine needs at least one session")
+        processes: dict[int, ProcessInfo] = {}
+        for session in sessions:
+            for process in session.processes:
+                if processes.setdefault(process.pid, process) != process:
+                    raise ValueError(
+                        f"two different sessions both claim pid {process.pid}; combine "
+                        "recordings of one run only (pids are reused across runs)"
+                    )
+        events = [e for s in sessions for e in s.events]
+        # Longer first at equal starts, so an enclosing interval precedes what it contains.
+        events.sort(key=lambda e: (e.start_ns, -e.end_ns))
+        threads = {k: v for s in sessions for k, v in s.thread_names.items()}
+        return cls(
+            processes=tuple(processes.values()),
+            events=events,
+            thread_names=threads,
+            complete=all(s.complete for s in sessions),
+        )
+
+    def iter_events(self, category: Category | None = None) -> Iterator[Event]:
+        return (e for e in self.events if category is None or e.category == category)
+
+
+def _read_session(path: Path) -> Session:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise TraceFormatError(f"{path}: cannot read session file: {err.strerror}") from None
+    lines = text.split("\n")
+    torn_tail = lines[-1] != ""  # a clean file ends with a newline
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            continue
+        try:
+            records.append((number, json.loads(line)))
+        except json.JSONDecodeError:
+            if torn_tail and number == len(lines):
+                break  # the writer died mid-line: drop that one line
+            raise TraceFormatError(
+                f"{path}:{number}: not a JSON line; the file is corrupt (only a torn last "
+                "line is tolerated)"
+            ) from None
+    return _session_from_records(path, records)
+
+
+def _session_from_records(path: Path, records: list[tuple[int, Any]]) -> Session:
+    header = records[0][1] if records else None
+    if not (isinstance(header, list) and len(header) == 2 and header[0] == FORMAT_NAME):
+        raise TraceFormatError(f"{path}: not an {FORMAT_NAME} file (first line is not the magic)")
+    version = header[1]
+    if version != FORMAT_VERSION:
+        raise TraceFormatError(
+            f"{path}: format version {version}, this rlsys reads version {FORMAT_VERSION}; "
+            "upgrade rlsys to read it"
+        )
+    processes: list[ProcessInfo] = []
+    events: list[Event] = []
+    threads: dict[tuple[int, int], str] = {}
+    complete = False
+    for number, record in records[1:]:
+        try:
+            tag = record[0]
+            if tag == "event":
+                events.append(Event.from_record(record))
+            elif tag == "thread":
+                threads[(record[1], record[2])] = record[3]
+            elif tag == "process":
+                processes.append(ProcessInfo.from_dict(record[1]))
+            elif tag == "end":
+                complete = True
+            else:
+                raise ValueError(f"unknown record tag {tag!r}")
+        except (ValueError, TypeError, IndexError, KeyError) as err:
+            raise TraceFormatError(f"{path}:{number}: bad record: {err}") from None
+    if not processes:
+        raise TraceFormatError(f"{path}: no process record; the file was cut in its header")
+    return Session(tuple(processes), events, threads, complete)

@@ -1,0 +1,56 @@
+"""The command line: help for every verb, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rlsys.cli import main
+
+VERBS = ["train", "profile", "sweep", "report", "bench"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_has_help_with_the_common_options(verb: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([verb, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--out", "--seed", "--quiet"):
+        assert option in text
+
+
+@pytest.mark.parametrize("verb", ["train", "profile", "sweep", "report"])
+def test_unbuilt_verbs_say_so_and_exit_2(verb: str, capsys) -> None:
+    assert main([verb]) == 2
+    err = capsys.readouterr().err
+    assert f"`rlsys {verb}` is not built yet" in err
+    assert "hint:" in err
+
+
+def test_unknown_option_is_one_line_and_exit_2(capsys) -> None:
+    assert main(["bench", "--frobnicate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: ") and "--frobnicate" in err[0]
+    assert err[1].startswith("hint: ")
+    assert len(err) == 2
+
+
+def test_unknown_verb_and_wrong_type_exit_2(capsys) -> None:
+    assert main(["fly"]) == 2
+    assert main(["train", "--seed", "abc"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'fly'" in err
+    assert "invalid int value: 'abc'" in err
+    assert "Traceback" not in err
+
+
+def test_console_script_runs_as_a_process() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rlsys.cli", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    for verb in VERBS:
+        assert verb in result.stdout

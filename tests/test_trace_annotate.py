@@ -1,0 +1,156 @@
+"""Annotations: exact times with a fake clock, nesting errors, threads and child processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import rlsys
+from rlsys.trace import AnnotationNestingError, Category, Session, annotate
+
+
+@pytest.fixture
+def recording(tmp_path: Path) -> Iterator[annotate.Recorder]:
+    ticks = itertools.count(start=1000, step=10)
+    recorder = rlsys.start_recording(tmp_path, clock=lambda: next(ticks))
+    try:
+        yield recorder
+    finally:
+        rlsys.stop_recording()
+
+
+def test_disabled_annotations_record_nothing_and_are_shared() -> None:
+    assert annotate.active_recorder() is None
+    first, second = rlsys.operation("a"), rlsys.phase("b")
+    assert first is second  # one shared do-nothing object: no allocation per call
+    with first, rlsys.operation("c"):
+        rlsys.progress(1, 10)
+
+
+def test_nested_operations_have_exact_fake_clock_times(recording, tmp_path: Path) -> None:
+    # Clock reads, in order: [recorder start], loop enter, inference enter, inference exit,
+    # step enter, step exit, loop exit.
+    with rlsys.operation("loop"):
+        with rlsys.operation("inference"):
+            pass
+        with rlsys.operation("step"):
+            pass
+    rlsys.stop_recording()
+    session = Session.load(tmp_path / f"{os.getpid()}.jsonl")
+    spans = {e.name: (e.start_ns, e.end_ns) for e in session.events}
+    assert spans == {"loop": (1010, 1060), "inference": (1020, 1030), "step": (1040, 1050)}
+    assert session.complete
+    assert all(e.category == Category.OPERATION for e in session.events)
+    assert session.thread_names[(os.getpid(), threading.get_native_id())] == "MainThread"
+
+
+def test_phase_becomes_the_region_of_operations_inside_it(recording, tmp_path: Path) -> None:
+    with rlsys.phase("training"), rlsys.operation("learn"):
+        pass
+    with rlsys.operation("eval"):
+        pass
+    rlsys.progress(5, 10)
+    rlsys.stop_recording()
+    events = {e.name: e for e in Session.load_dir(tmp_path).events}
+    assert events["training"].attrs == {"kind": "phase"}
+    assert events["learn"].region == "training"
+    assert events["eval"].region is None
+    assert events["progress"].start_ns == events["progress"].end_ns
+    assert events["progress"].attrs == {"steps": 5, "total": 10}
+
+
+def test_closing_out_of_order_is_a_clear_error(recording) -> None:
+    outer, inner = rlsys.operation("outer"), rlsys.operation("inner")
+    outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(AnnotationNestingError, match="'outer' was closed while 'inner'"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    outer.__exit__(None, None, None)
+
+
+def test_exception_inside_an_operation_still_records_it(recording, tmp_path: Path) -> None:
+    with pytest.raises(KeyError), rlsys.operation("failing"):
+        raise KeyError("boom")
+    rlsys.stop_recording()
+    assert [e.name for e in Session.load_dir(tmp_path).events] == ["failing"]
+
+
+def test_threads_have_their_own_stacks(tmp_path: Path) -> None:
+    rlsys.start_recording(tmp_path, flush_every=7)
+    barrier = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        barrier.wait()  # all threads hold open annotations at the same time
+        for _ in range(100):
+            with rlsys.operation(f"outer{k}"), rlsys.operation(f"inner{k}"):
+                pass
+
+    threads = [threading.Thread(target=work, args=(k,), name=f"w{k}") for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rlsys.stop_recording()
+    session = Session.load_dir(tmp_path)
+    assert len(session.events) == 4 * 100 * 2
+    assert sorted(session.thread_names.values()) == ["w0", "w1", "w2", "w3"]
+    by_thread = {}
+    for event in session.events:
+        by_thread.setdefault(event.tid, set()).add(event.name[-1])
+    assert sorted(len(names) for names in by_thread.values()) == [1, 1, 1, 1]
+
+
+CHILD_SCRIPT = textwrap.dedent(
+    """
+    import multiprocessing, sys
+    import rlsys
+
+    def work():
+        with rlsys.operation("child-op"):
+            pass
+
+    if __name__ == "__main__":
+        rlsys.start_recording(sys.argv[1])
+        with rlsys.operation("parent-op"):
+            child = multiprocessing.get_context(sys.argv[2]).Process(target=work)
+            child.start()
+            child.join(60)
+        rlsys.stop_recording()
+        print(child.pid, child.exitcode)
+    """
+)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_child_processes_record_their_own_session(tmp_path: Path, method: str) -> None:
+    # A fresh interpreter: forking this test process, which has JAX's threads, could hang.
+    script = tmp_path / "parent.py"
+    script.write_text(CHILD_SCRIPT)
+    traces = tmp_path / "traces"
+    result = subprocess.run([sys.executable, str(script), str(traces), method],
+                            capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    child_pid, exitcode = map(int, result.stdout.split())
+    assert exitcode == 0
+    session = Session.load_dir(traces)
+    pids = {p.pid: p for p in session.processes}
+    parent_pid = next(pid for pid in pids if pid != child_pid)
+    assert set(pids) == {parent_pid, child_pid}
+    assert pids[child_pid].parent_pid == parent_pid
+    names = {(e.pid, e.name) for e in session.events}
+    assert (parent_pid, "parent-op") in names
+    assert (child_pid, "child-op") in names
+    assert session.complete
+
+
+def test_start_twice_is_an_error(recording, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="already recording"):
+        rlsys.start_recording(tmp_path / "other")
