@@ -20,17 +20,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlsys.compiler import optim
+from rlsys.compiler import sampling as random
+from rlsys.compiler.autodiff import grad
 from rlsys.compiler.builder import Program, assigned_name, current_program, user_source_line
 from rlsys.compiler.errors import IndexExprError, RecurrenceError
 from rlsys.compiler.index import Dim
 from rlsys.compiler.index import index_max as max
 from rlsys.compiler.index import index_min as min
 from rlsys.compiler.rules import ShapeError, TensorType
+from rlsys.compiler.sampling import Categorical, DiagGaussian
 from rlsys.compiler.tensor import RecurrentTensor, constant, lift
 
 __all__ = [
-    "Dim", "IndexExprError", "Program", "RecurrenceError", "RecurrentTensor", "ShapeError",
-    "const", "input", "max", "maximum", "min", "minimum", "placeholder", "where",
+    "Categorical", "DiagGaussian", "Dim", "IndexExprError", "Program", "RecurrenceError",
+    "RecurrentTensor", "ShapeError", "concat", "const", "grad", "input", "max", "maximum",
+    "min", "minimum", "optim", "placeholder", "random", "where",
 ]  # fmt: skip
 
 
@@ -84,3 +89,9 @@ def maximum(a: Any, b: Any) -> RecurrentTensor:
 def minimum(a: Any, b: Any) -> RecurrentTensor:
     program = current_program()
     return program.apply("minimum", [lift(program, a), lift(program, b)])
+
+
+def concat(tensors: Sequence[Any], axis: int = 0) -> RecurrentTensor:
+    """Join tensors along a spatial axis."""
+    program = current_program()
+    return program.apply("concat", [lift(program, x) for x in tensors], axis=axis)

@@ -30,31 +30,65 @@ Value = Any  # an int or an integer NumPy array
 Env = Mapping["Symbol", Value]
 
 
-class _ExprOps:
-    """Arithmetic shared by symbols and expressions; results are canonical `IndexExpr`s."""
+def _is_index_operand(value: Any) -> bool:
+    is_int = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    return is_int or isinstance(value, Symbol | IndexExpr)
 
-    def __add__(self, other: ExprLike) -> IndexExpr:
+
+def _as_value(expr: Any):
+    """An index expression used as a number (`i / I`, `0.99 ** t`): a tensor of its values."""
+    from rlsys.compiler.builder import current_program  # the tensor layer builds on this one
+    from rlsys.compiler.tensor import lift
+
+    return lift(current_program(), expr)
+
+
+class _ExprOps:
+    """Arithmetic shared by symbols and expressions. With integers and other index
+    expressions the result is a canonical `IndexExpr`; with anything else (a float, a
+    tensor) the expression stands for its value at each point and the result is a tensor."""
+
+    def __add__(self, other: Any):
+        if not _is_index_operand(other):
+            return _as_value(self) + other
         return _add(as_expr(self), as_expr(other))
 
-    __radd__ = __add__
+    def __radd__(self, other: Any):
+        if not _is_index_operand(other):
+            return other + _as_value(self)
+        return _add(as_expr(other), as_expr(self))
 
-    def __sub__(self, other: ExprLike) -> IndexExpr:
+    def __sub__(self, other: Any):
+        if not _is_index_operand(other):
+            return _as_value(self) - other
         return _add(as_expr(self), _scale(as_expr(other), -1))
 
-    def __rsub__(self, other: ExprLike) -> IndexExpr:
+    def __rsub__(self, other: Any):
+        if not _is_index_operand(other):
+            return other - _as_value(self)
         return _add(as_expr(other), _scale(as_expr(self), -1))
 
     def __neg__(self) -> IndexExpr:
         return _scale(as_expr(self), -1)
 
-    def __mul__(self, other: int) -> IndexExpr:
-        if not isinstance(other, int | np.integer):
-            raise IndexExprError(
-                f"index expressions can only be multiplied by an integer, not {other!r}"
-            )
+    def __mul__(self, other: Any):
+        if isinstance(other, Symbol | IndexExpr):
+            raise IndexExprError(f"cannot multiply index expressions {self} and {other}")
+        if not _is_index_operand(other):
+            return _as_value(self) * other
         return _scale(as_expr(self), int(other))
 
-    __rmul__ = __mul__
+    def __rmul__(self, other: Any):
+        return self.__mul__(other) if _is_index_operand(other) else other * _as_value(self)
+
+    def __truediv__(self, other: Any):
+        return _as_value(self) / other
+
+    def __rtruediv__(self, other: Any):
+        return other / _as_value(self)
+
+    def __rpow__(self, other: Any):
+        return other ** _as_value(self)
 
 
 _symbol_ids = itertools.count()

@@ -146,6 +146,11 @@ def strongly_connected(nodes: list[int], deps: dict[int, set[int]]) -> list[list
     return components
 
 
+def plan(graph: Graph, nodes: Iterable[int], loop_dims: tuple[Dim, ...]) -> list[Step]:
+    """The steps computing `nodes` inside loops over `loop_dims` (others are read as given)."""
+    return _plan(graph, sorted(set(nodes)), loop_dims, {})
+
+
 def build_schedule(graph: Graph, needed: Iterable[int]) -> Schedule:
     loops_of: dict[int, tuple[Dim, ...]] = {}
     steps = _plan(graph, sorted(set(needed)), (), loops_of)

@@ -78,10 +78,10 @@ class RecurrentTensor:
         define(self, key, value)
 
     # -- elementwise ------------------------------------------------------------------------
-    def _binary(self, op: str, other: Operand, reverse: bool = False) -> RecurrentTensor:
+    def _binary(self, op: str, other: Operand, reverse: bool = False, **params: Any):
         other = lift(self.program, other)
         operands = [other, self] if reverse else [self, other]
-        return self.program.apply(op, operands)
+        return self.program.apply(op, operands, **params)
 
     def __add__(self, o: Operand) -> RecurrentTensor:
         return self._binary("add", o)
@@ -204,6 +204,28 @@ class RecurrentTensor:
         done = lift(self.program, done)
         return self.program.apply("discounted_cum_sum", [self, done], gamma=float(gamma),
                                   axis=axis)  # fmt: skip
+
+    def reshape(self, *shape: int) -> RecurrentTensor:
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        return self._unary("reshape", shape=tuple(int(n) for n in shape))
+
+    def slice_axis(self, start: int, stop: int, axis: int = 0) -> RecurrentTensor:
+        """Spatial `x[start:stop]` along `axis` (indexing with [] addresses the domain)."""
+        return self._unary("slice_axis", axis=axis, start=int(start), stop=int(stop))
+
+    def take(self, index: Operand, axis: int = 0) -> RecurrentTensor:
+        return self._binary("take", index, axis=axis)
+
+    def transpose(self, *perm: int) -> RecurrentTensor:
+        perm = tuple(perm) or tuple(reversed(range(len(self.shape))))
+        return self._unary("transpose", perm=perm)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> RecurrentTensor:
+        return self._unary("broadcast_to", shape=tuple(shape))
+
+    def fold_in(self, data: Operand) -> RecurrentTensor:
+        """A new key from this key and an integer (e.g. a dimension: key.fold_in(t))."""
+        return self._binary("fold_in", data)
 
     def softmax(self, axis: int = -1) -> RecurrentTensor:
         return self._unary("softmax", axis=axis)

@@ -27,12 +27,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice
 from rlsys.compiler.ir import Edge, Graph, Node
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.rules import RULES
-from rlsys.compiler.schedule import Compute, Loop, Schedule, carried_offset, index_on
+from rlsys.compiler.schedule import Compute, Loop, Schedule, carried_offset, index_on, plan
 
 
 @dataclass
@@ -169,12 +170,12 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         return Value(value, vector_dims)
     if node.op == "merge":
         return _merge_value(ctx, node, vector_dims)
+    if node.op == "grad":
+        return _grad_value(ctx, node)
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
     if node.op == "index":
         array, present = reads[0]
         return Value(_broadcast_to_dims(ctx, array, present, vector_dims), vector_dims)
-    for key in ("shape", "dtype"):
-        params.pop(key, None)
     fn = partial(RULES[node.op].point, **params)
     return Value(_vectorized(ctx, fn, reads, vector_dims), vector_dims)
 
@@ -238,6 +239,24 @@ def _merge_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     if result is None:
         raise RecurrenceError(f"{node.label()} has no definition (at {node.source})")
     return Value(result, vector_dims)
+
+
+def _grad_value(ctx: Context, node: Node) -> Value:
+    """Re-run the ops between param and loss as a function of param, under jax.grad."""
+    loss_edge, param_edge = node.inputs
+    loop_dims = tuple(ctx.loop_index)
+    path = path_nodes(ctx.graph, param_edge.node, loss_edge.node, loop_dims)
+    steps = plan(ctx.graph, path - {param_edge.node}, loop_dims)
+    param = ctx.values[param_edge.node]
+
+    def loss_of(theta):
+        inner = Context(ctx.graph, ctx.bounds, ctx.inputs, dict(ctx.values), dict(ctx.windows),
+                        dict(ctx.loop_index))  # fmt: skip
+        inner.values[param_edge.node] = Value(theta, param.axes)
+        run_steps(inner, steps)
+        return jnp.sum(inner.values[loss_edge.node].array)  # points are independent: sum
+
+    return Value(jax.grad(loss_of)(param.array), param.axes)
 
 
 # -- steps ---------------------------------------------------------------------------------

@@ -25,8 +25,11 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Slice
 from rlsys.compiler.ir import Edge, Graph, Node
@@ -47,11 +50,13 @@ class Read:
 
 
 class ReferenceInterpreter:
-    def __init__(self, graph: Graph, bounds: Mapping[Bound, int], inputs: Mapping[str, Any]):
+    def __init__(self, graph: Graph, bounds: Mapping[Bound, int], inputs: Mapping[str, Any],
+                 traced: bool = False):  # fmt: skip
         self.graph = graph
         self.bounds = dict(bounds)
         self.inputs = {k: np.asarray(v) for k, v in inputs.items()}
-        self.memo: dict[Key, np.ndarray] = {}
+        self.memo: dict[Key, Any] = {}
+        self.traced = traced  # inside jax.grad: keep JAX values, never convert to NumPy
 
     # -- the semantics ----------------------------------------------------------------------
     def env(self, node: Node, point: Point) -> dict:
@@ -113,15 +118,34 @@ class ReferenceInterpreter:
             return np.asarray(params["expr"].evaluate(self.env(node, point)), dtype="int32")
         if node.op in ("index", "merge"):
             return values[0]
-        for key in ("shape", "dtype"):
-            params.pop(key, None)
-        return np.asarray(RULES[node.op].point(*values, **params))
+        if node.op == "grad":
+            return self.grad_value(node, point)
+        result = RULES[node.op].point(*values, **params)
+        return result if self.traced else np.asarray(result)
+
+    def grad_value(self, node: Node, point: Point) -> np.ndarray:
+        """d loss / d param at this point: re-evaluate loss with param as a JAX variable."""
+        loss_edge, param_edge = node.inputs
+        env = self.env(node, point)
+        loss_key = self.read(node, loss_edge, env).keys[0]
+        param_key = self.read(node, param_edge, env).keys[0]
+        path = path_nodes(self.graph, param_edge.node, loss_edge.node, ())
+
+        def loss_of(theta):
+            sub = ReferenceInterpreter(self.graph, self.bounds, self.inputs, traced=True)
+            sub.memo = {k: v for k, v in self.memo.items()
+                        if k[0] not in path or k[0] == param_edge.node}  # fmt: skip
+            sub.memo[param_key] = theta
+            return jnp.sum(sub.value(*loss_key))
+
+        return np.asarray(jax.grad(loss_of)(jnp.asarray(self.memo[param_key])))
 
     def assemble(self, read: Read) -> np.ndarray:
         values = [self.memo[k] for k in read.keys]
         if not read.grid:
             return values[0]
-        stacked = np.stack(values) if values else np.zeros((0,))
+        xp = jnp if self.traced else np
+        stacked = xp.stack(values) if values else xp.zeros((0,))
         return stacked.reshape(*read.grid, *stacked.shape[1:])
 
     def input_value(self, node: Node, point: Point) -> np.ndarray:

@@ -11,7 +11,13 @@ no `point`: the interpreter and the lowering implement them directly.
 
 from __future__ import annotations
 
-from rlsys.compiler.rules import elementwise, reduce, structural  # noqa: F401  (registers)
+from rlsys.compiler.rules import (  # noqa: F401  (importing registers the rules)
+    elementwise,
+    random_ops,
+    reduce,
+    shape_ops,
+    structural,
+)
 from rlsys.compiler.rules.base import RULES, OpRule, ShapeError, TensorType
 
 __all__ = ["RULES", "OpRule", "ShapeError", "TensorType"]

@@ -1,0 +1,70 @@
+"""Gradients: `rt.grad(loss, param)` is the derivative of loss at a point with respect to
+param at the same point, everything else held fixed:
+
+    g[i] = d loss[i] / d param[i]        (typically param has domain (i,), loss is a scalar)
+
+Both lowerings take the derivative with JAX: they re-run the ops on the paths from param to
+loss as a function of param and apply `jax.grad` to it. Reads of other tensors (observations
+collected by an acting loop, say) are constants of that function, so no gradient flows
+through an environment; `stop_gradient` cuts a path explicitly. Because the re-run is
+planned like any other part of the program, a loss over (b, t) is differentiated vectorized
+over b and t even when the acting loop that produced its inputs was a scan over t.
+"""
+
+from __future__ import annotations
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Dim
+from rlsys.compiler.ir import Edge, Graph, identity_index
+from rlsys.compiler.rules import TensorType
+from rlsys.compiler.schedule import is_same_point
+from rlsys.compiler.tensor import RecurrentTensor
+
+
+def grad(loss: RecurrentTensor, param: RecurrentTensor) -> RecurrentTensor:
+    """The gradient of scalar `loss` with respect to `param`, at every point of param."""
+    program = loss.program
+    if loss.shape != ():
+        raise RecurrenceError(
+            f"grad: {loss.label} has spatial shape {loss.shape}; reduce it to a scalar first, "
+            "e.g. loss.sum() or loss.mean()"
+        )
+    extra = [d.name for d in loss.domain if d not in param.domain]
+    if extra:
+        raise RecurrenceError(
+            f"grad: {loss.label} varies along {', '.join(extra)} but {param.label} does not; "
+            f"reduce those dims first, e.g. loss[..., 0:{extra[0].upper()}].mean()"
+        )
+    edges = [Edge(t.node_id, identity_index(t.domain)) for t in (loss, param)]
+    type_ = TensorType(param.shape, param.dtype)
+    params = {"shape": type_.shape, "dtype": type_.dtype}
+    return program.add_node("grad", edges, param.domain, type_, params)
+
+
+def path_nodes(graph: Graph, source: int, target: int, loop_dims: tuple[Dim, ...]) -> set[int]:
+    """Nodes on a dependence path source -> ... -> target (both included), not counting
+    dependences carried along `loop_dims` (those read other iterations of the loop)."""
+    consumers: dict[int, set[int]] = {n: set() for n in graph.nodes}
+    producers: dict[int, set[int]] = {n: set() for n in graph.nodes}
+    for node in graph:
+        for edge in node.all_edges():
+            producer = graph[edge.node]
+            carried = any(
+                not is_same_point(index, dim)
+                for dim, index in zip(producer.domain, edge.index, strict=True)
+                if dim in loop_dims
+            )
+            if not carried:
+                consumers[edge.node].add(node.id)
+                producers[node.id].add(edge.node)
+    return _reach(source, consumers) & _reach(target, producers)
+
+
+def _reach(start: int, neighbours: dict[int, set[int]]) -> set[int]:
+    seen, stack = {start}, [start]
+    while stack:
+        for nxt in neighbours[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen

@@ -1,0 +1,107 @@
+"""Optimizers as recurrences over the iteration dimension.
+
+`opt.minimize(loss, params)` adds the update to placeholders that already have their initial
+value (`params[0] = ...`, as `rt.nn` modules do): for Adam, with g = grad(loss, params),
+
+    m_new[i] = b1 * m[i] + (1 - b1) * g[i]          m[0] = 0,  m[i + 1] = m_new[i]
+    v_new[i] = b2 * v[i] + (1 - b2) * g[i]**2       v[0] = 0,  v[i + 1] = v_new[i]
+    params[i + 1] = params[i] - lr[i] * m_hat / (sqrt(v_hat) + eps)
+    with m_hat = m_new / (1 - b1**(i + 1)) and v_hat = v_new / (1 - b2**(i + 1))
+
+which is `optax.adam` step for step. `max_grad_norm` clips all gradients together by their
+global norm first (`optax.clip_by_global_norm`); `lr` may be a number or a function of the
+iteration dimension (e.g. linear annealing: `lambda i: 2.5e-4 * (1 - i / I)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rlsys.compiler.autodiff import grad
+from rlsys.compiler.builder import current_program
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Dim
+from rlsys.compiler.tensor import RecurrentTensor, lift
+
+LearningRate = float | Callable[[Dim], object]
+
+
+def _as_list(params: RecurrentTensor | Sequence[RecurrentTensor]) -> list[RecurrentTensor]:
+    return [params] if isinstance(params, RecurrentTensor) else list(params)
+
+
+def _iteration_dim(params: list[RecurrentTensor], dim: Dim | None) -> Dim:
+    for p in params:
+        if p.node.op != "merge":
+            raise RecurrenceError(
+                f"minimize: {p.label} is not a placeholder; parameters are placeholders with "
+                "an initial value, e.g. from rt.nn"
+            )
+    dim = dim or params[0].domain[0]
+    for p in params:
+        if p.domain != (dim,):
+            raise RecurrenceError(
+                f"minimize: {p.label} has domain ({', '.join(d.name for d in p.domain)}); "
+                f"parameters vary along the iteration dimension only: ({dim.name},)"
+            )
+    return dim
+
+
+def clipped_grads(loss, params: list[RecurrentTensor], max_norm: float | None):
+    grads = [grad(loss, p) for p in params]
+    if max_norm is None:
+        return grads
+    squares = [(g * g).sum() for g in grads]
+    norm = sum(squares[1:], start=squares[0]).sqrt()
+    program = loss.program
+    scale = max_norm / program.apply("maximum", [norm, lift(program, max_norm)])
+    return [g * scale for g in grads]
+
+
+def _learning_rate(lr: LearningRate, dim: Dim):
+    program = current_program()
+    return lift(program, lr(dim) if callable(lr) else lr)
+
+
+@dataclass
+class SGD:
+    lr: LearningRate = 1e-2
+    max_grad_norm: float | None = None
+
+    def minimize(self, loss, params, dim: Dim | None = None) -> None:
+        params = _as_list(params)
+        i = _iteration_dim(params, dim)
+        lr = _learning_rate(self.lr, i)
+        for p, g in zip(params, clipped_grads(loss, params, self.max_grad_norm), strict=True):
+            p[i + 1] = p[i] - lr * g[i]
+
+
+@dataclass
+class Adam:
+    lr: LearningRate = 3e-4
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    max_grad_norm: float | None = None
+
+    def minimize(self, loss, params, dim: Dim | None = None) -> None:
+        from rlsys.rt import placeholder
+
+        params = _as_list(params)
+        i = _iteration_dim(params, dim)
+        lr = _learning_rate(self.lr, i)
+        step = lift(current_program(), i + 1).astype("float32")
+        correction1 = 1.0 - lift(current_program(), self.b1) ** step
+        correction2 = 1.0 - lift(current_program(), self.b2) ** step
+        for p, g in zip(params, clipped_grads(loss, params, self.max_grad_norm), strict=True):
+            m = placeholder(p.shape, p.dtype, domain=(i,), name=f"adam_m({p.label})")
+            v = placeholder(p.shape, p.dtype, domain=(i,), name=f"adam_v({p.label})")
+            m[0] = 0.0
+            v[0] = 0.0
+            m_new = self.b1 * m[i] + (1.0 - self.b1) * g[i]
+            v_new = self.b2 * v[i] + (1.0 - self.b2) * g[i] * g[i]
+            m[i + 1] = m_new
+            v[i + 1] = v_new
+            update = (m_new / correction1) / ((v_new / correction2).sqrt() + self.eps)
+            p[i + 1] = p[i] - lr * update

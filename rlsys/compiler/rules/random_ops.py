@@ -1,0 +1,105 @@
+"""Random numbers from explicit keys, and the distributions policies sample from.
+
+A key is a uint32[2] tensor (a raw JAX PRNG key). Programs derive one key per point from a
+seed with `fold_in` of the point's dimensions, so results do not depend on how the compiler
+vectorizes or orders the work: the same seed gives the same numbers under every lowering.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlsys.compiler.rules.base import ShapeError, TensorType, promote, register
+
+KEY = TensorType((2,), "uint32")
+
+
+def _check_key(op: str, key: TensorType) -> None:
+    if key.shape != (2,) or key.dtype != "uint32":
+        raise ShapeError(f"{op}: expected a key (uint32[2], from rt.random.key), got {key}")
+
+
+def _fold_in_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    key, data = types
+    _check_key("fold_in", key)
+    if data.shape != () or not jnp.issubdtype(data.dtype, jnp.integer):
+        raise ShapeError(f"fold_in: the data must be an integer scalar, got {data}")
+    return KEY
+
+
+def _sample_infer(dtype: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        _check_key("random", types[0])
+        return TensorType(tuple(params["shape"]), dtype)
+
+    return infer
+
+
+def _categorical_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    key, logits = types
+    _check_key("categorical_sample", key)
+    if not logits.shape:
+        raise ShapeError("categorical_sample: logits need a last axis of categories")
+    return TensorType(logits.shape[:-1], "int32")
+
+
+def _categorical_log_prob_infer(types, params) -> TensorType:
+    logits, action = types
+    if logits.shape[:-1] != action.shape or not jnp.issubdtype(action.dtype, jnp.integer):
+        raise ShapeError(f"categorical_log_prob: logits {logits.shape} and integer actions "
+                         f"{action.shape} ({action.dtype}) do not fit")  # fmt: skip
+    return TensorType(action.shape, promote([logits.dtype, "float32"]))
+
+
+def _last_axis_reduced(types, params) -> TensorType:
+    return TensorType(types[0].shape[:-1], promote([types[0].dtype, "float32"]))
+
+
+def _gaussian_sample_infer(types, params) -> TensorType:
+    key, mean, log_std = types
+    _check_key("gaussian_sample", key)
+    if mean.shape != log_std.shape:
+        raise ShapeError(f"gaussian_sample: mean {mean.shape} and log_std {log_std.shape} differ")
+    return mean
+
+
+def _categorical_log_prob(logits, action):
+    log_p = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.take_along_axis(log_p, action[..., None], axis=-1)[..., 0]
+
+
+def _categorical_entropy(logits):
+    log_p = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+
+def _gaussian_log_prob(mean, log_std, value):
+    z = (value - mean) / jnp.exp(log_std)
+    return jnp.sum(-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+def _gaussian_entropy(log_std):
+    return jnp.sum(log_std + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
+
+
+register("fold_in", _fold_in_infer, lambda key, data: jax.random.fold_in(key, data))
+register("uniform", _sample_infer("float32"),
+         lambda key, shape: jax.random.uniform(key, shape))  # fmt: skip
+register("normal", _sample_infer("float32"), lambda key, shape: jax.random.normal(key, shape))
+register("categorical_sample", _categorical_infer,
+         lambda key, logits: jax.random.categorical(key, logits).astype("int32"))  # fmt: skip
+register("categorical_log_prob", _categorical_log_prob_infer, _categorical_log_prob)
+register("categorical_entropy", _last_axis_reduced, _categorical_entropy)
+register(
+    "gaussian_sample",
+    _gaussian_sample_infer,
+    lambda key, mean, log_std: mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape),
+)
+register("gaussian_log_prob", lambda types, params: _last_axis_reduced(types[:1], params),
+         _gaussian_log_prob)  # fmt: skip
+register("gaussian_entropy", _last_axis_reduced, _gaussian_entropy)

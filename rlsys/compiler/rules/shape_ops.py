@@ -1,0 +1,79 @@
+"""Ops that rearrange spatial axes: reshape, slice, take, concat, transpose, broadcast."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, promote, register
+
+
+def _reshape_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    (x,) = types
+    shape = tuple(params["shape"])
+    if math.prod(x.shape) != math.prod(shape):
+        raise ShapeError(f"reshape: cannot reshape {x.shape} into {shape}")
+    return TensorType(shape, x.dtype)
+
+
+def _slice_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    (x,) = types
+    (axis,) = normalize_axes("slice_axis", params["axis"], len(x.shape))
+    start, stop = params["start"], params["stop"]
+    if not 0 <= start <= stop <= x.shape[axis]:
+        raise ShapeError(f"slice_axis: {start}:{stop} is outside axis {axis} of {x.shape}")
+    shape = list(x.shape)
+    shape[axis] = stop - start
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _take_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    x, index = types
+    if not jnp.issubdtype(index.dtype, jnp.integer):
+        raise ShapeError(f"take: the index must be an integer tensor, not {index.dtype}")
+    (axis,) = normalize_axes("take", params.get("axis", 0), len(x.shape))
+    return TensorType((*x.shape[:axis], *index.shape, *x.shape[axis + 1 :]), x.dtype)
+
+
+def _concat_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    first = types[0]
+    (axis,) = normalize_axes("concat", params.get("axis", 0), len(first.shape))
+    for other in types[1:]:
+        if len(other.shape) != len(first.shape) or any(
+            a != b
+            for k, (a, b) in enumerate(zip(first.shape, other.shape, strict=True))
+            if k != axis
+        ):
+            raise ShapeError(
+                f"concat: shapes {first.shape} and {other.shape} differ off axis {axis}"
+            )
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return TensorType(tuple(shape), promote([t.dtype for t in types]))
+
+
+def _transpose_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    (x,) = types
+    perm = tuple(params["perm"])
+    if sorted(perm) != list(range(len(x.shape))):
+        raise ShapeError(f"transpose: {perm} is not a permutation of {len(x.shape)} axes")
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+def _broadcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    return TensorType(tuple(params["shape"]), types[0].dtype)
+
+
+def _slice_point(x, *, axis: int, start: int, stop: int):
+    return jnp.take(x, jnp.arange(start, stop), axis=axis)
+
+
+register("reshape", _reshape_infer, lambda x, shape: jnp.reshape(x, shape))
+register("slice_axis", _slice_infer, _slice_point)
+register("take", _take_infer, lambda x, index, axis=0: jnp.take(x, index, axis=axis))
+register("concat", _concat_infer, lambda *xs, axis=0: jnp.concatenate(xs, axis=axis))
+register("transpose", _transpose_infer, lambda x, perm: jnp.transpose(x, perm))
+register("broadcast_to", _broadcast_infer, lambda x, shape: jnp.broadcast_to(x, shape))
