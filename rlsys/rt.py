@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlsys.compiler import optim
+from rlsys.compiler import nn, optim
 from rlsys.compiler import sampling as random
 from rlsys.compiler.autodiff import grad
 from rlsys.compiler.builder import Program, assigned_name, current_program, user_source_line
@@ -35,7 +35,7 @@ from rlsys.compiler.tensor import RecurrentTensor, constant, lift
 __all__ = [
     "Categorical", "DiagGaussian", "Dim", "IndexExprError", "Program", "RecurrenceError",
     "RecurrentTensor", "ShapeError", "concat", "const", "grad", "input", "max", "maximum",
-    "min", "minimum", "optim", "placeholder", "random", "where",
+    "min", "minimum", "nn", "optim", "placeholder", "random", "where",
 ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
-from rlsys.compiler.ir import Graph
+from rlsys.compiler.ir import Graph, concrete_shape
 from rlsys.compiler.lower.jax import JaxExecutable
 from rlsys.compiler.lower.ref import ReferenceInterpreter
 from rlsys.compiler.passes.dce import needed_nodes
@@ -53,7 +53,7 @@ def input_specs(graph: Graph, bounds: Mapping[Bound, int]) -> dict[str, InputSpe
     for node in graph:
         if node.op == "input":
             extents = tuple(bounds[d.bound] for d in node.domain)
-            spatial = tuple(int(n) for n in node.param("shape"))
+            spatial = concrete_shape(node, bounds)
             specs[node.param("name")] = InputSpec(node.param("name"), extents + spatial,
                                                   node.dtype)  # fmt: skip
     return specs

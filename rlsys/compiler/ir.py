@@ -126,3 +126,8 @@ class Graph:
 def slice_axes(edge: Edge) -> list[Slice]:
     """The slices of an edge's index, in order: each adds one leading spatial axis."""
     return [i for i in edge.index if isinstance(i, Slice)]
+
+
+def concrete_shape(node: Node, bounds: Mapping[Any, int]) -> tuple[int, ...]:
+    """The node's spatial shape with bound symbols (`T` in `x[0:T]`) replaced by values."""
+    return tuple(n if isinstance(n, int) else int(as_expr(n).evaluate(bounds)) for n in node.shape)

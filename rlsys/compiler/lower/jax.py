@@ -30,7 +30,7 @@ import numpy as np
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice
-from rlsys.compiler.ir import Edge, Graph, Node
+from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import Compute, Loop, Schedule, carried_offset, index_on, plan
@@ -59,10 +59,14 @@ class Context:
     values: dict[int, Value] = field(default_factory=dict)
     windows: dict[int, Window] = field(default_factory=dict)
     loop_index: dict[Dim, Any] = field(default_factory=dict)
+    read_outside: frozenset[int] = frozenset()  # see `reads_from_outside`
+    consumers: dict[int, list[int]] = field(default_factory=dict)
 
-    def child(self, dim: Dim, index: Any, windows: dict[int, Window]) -> Context:
+    def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
+        loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
-                       {**self.windows, **windows}, {**self.loop_index, dim: index})  # fmt: skip
+                       {**self.windows, **(windows or {})}, loop_index, self.read_outside,
+                       self.consumers)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -224,7 +228,7 @@ def _input_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
 def _merge_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
     env = _coordinate_env(ctx, vector_dims, 0)
     extents = tuple(ctx.extent(d) for d in vector_dims)
-    spatial = tuple(int(n) for n in node.param("shape"))
+    spatial = concrete_shape(node, ctx.bounds)
     result = None
     for branch in reversed(node.branches):  # the first definition must win: apply it last
         array, present = read_edge(ctx, branch.edge, vector_dims)
@@ -250,8 +254,7 @@ def _grad_value(ctx: Context, node: Node) -> Value:
     param = ctx.values[param_edge.node]
 
     def loss_of(theta):
-        inner = Context(ctx.graph, ctx.bounds, ctx.inputs, dict(ctx.values), dict(ctx.windows),
-                        dict(ctx.loop_index))  # fmt: skip
+        inner = ctx.child()
         inner.values[param_edge.node] = Value(theta, param.axes)
         run_steps(inner, steps)
         return jnp.sum(inner.values[loss_edge.node].array)  # points are independent: sum
@@ -285,7 +288,7 @@ def _window_sizes(ctx: Context, loop: Loop) -> dict[int, int]:
 
 def _inner_shape(ctx: Context, node: Node, loop_dims) -> tuple[tuple[int, ...], tuple[Dim, ...]]:
     axes = tuple(d for d in node.domain if d not in loop_dims)
-    spatial = tuple(int(n) for n in node.param("shape", node.shape))
+    spatial = concrete_shape(node, ctx.bounds)
     return tuple(ctx.extent(d) for d in axes) + spatial, axes
 
 
@@ -300,6 +303,9 @@ def run_loop(ctx: Context, loop: Loop) -> None:
         init[member] = jnp.zeros((size, *shape), node.dtype)
         entry_axes[member] = axes
 
+    kept = {m for m in loop.members if m in ctx.read_outside or any(
+        reader not in loop.members for reader in ctx.consumers[m])}  # fmt: skip
+
     def body(carry, index):
         windows = {m: Window(carry[m], loop.dim, entry_axes[m]) for m in carry}
         inner = ctx.child(loop.dim, index, windows)
@@ -307,7 +313,7 @@ def run_loop(ctx: Context, loop: Loop) -> None:
         new_carry = {
             m: jnp.concatenate([inner.values[m].array[None], carry[m][:-1]]) for m in carry
         }
-        outputs = {m: inner.values[m].array for m in loop.members}
+        outputs = {m: inner.values[m].array for m in kept}  # stack only what is read later
         return new_carry, outputs
 
     indices = jnp.arange(ctx.extent(loop.dim))
@@ -321,8 +327,21 @@ def run_loop(ctx: Context, loop: Loop) -> None:
         ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
 
 
+def reads_from_outside(graph: Graph) -> frozenset[int]:
+    """Nodes whose values must outlive the loop computing them: outputs, and what a
+    gradient's re-run may read (it runs after the loops that produced its inputs)."""
+    kept = {edge.node for _, edge in graph.outputs}
+    for node in graph:
+        if node.op == "grad":
+            loss_edge, param_edge = node.inputs
+            for member in path_nodes(graph, param_edge.node, loss_edge.node, ()):
+                kept.update(edge.node for edge in graph[member].all_edges())
+    return frozenset(kept)
+
+
 def execute(graph: Graph, bounds: dict[Bound, int], schedule: Schedule, inputs) -> dict:
-    ctx = Context(graph, bounds, inputs)
+    ctx = Context(graph, bounds, inputs, read_outside=reads_from_outside(graph),
+                  consumers=graph.consumers())  # fmt: skip
     run_steps(ctx, schedule.steps)
     return {name: ctx.values[edge.node].array for name, edge in graph.outputs}
 

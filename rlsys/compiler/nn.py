@@ -1,0 +1,79 @@
+"""Networks as recurrent-tensor building blocks: `Linear`-layer MLPs with orthogonal init.
+
+All weights of a module live in one flat parameter vector with domain (i,): `params[0]` is
+the initialization, and an optimizer's `minimize` defines `params[i + 1]`. Calling the module
+slices and reshapes its layers out of `params[i]`. One vector keeps gradients, global-norm
+clipping and checkpoints simple, and Adam is elementwise, so the result equals per-tensor
+Adam.
+
+Initialization follows CleanRL / PureJaxRL: orthogonal weights (gain sqrt(2) for hidden
+layers, `output_gain` for the last), zero biases, reproducible from `seed`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from rlsys.compiler.builder import current_program
+from rlsys.compiler.index import Dim
+from rlsys.compiler.tensor import RecurrentTensor, constant
+
+ACTIVATIONS = ("tanh", "relu")
+
+
+class MLP:
+    """sizes = (inputs, hidden..., outputs); activation between layers, none after the last."""
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        activation: str = "tanh",
+        output_gain: float = 1.0,
+        seed: int = 0,
+        dim: Dim | None = None,
+        name: str = "mlp",
+    ) -> None:
+        from rlsys.rt import placeholder
+
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, not {activation!r}")
+        program = current_program()
+        self.sizes = tuple(int(n) for n in sizes)
+        self.activation = activation
+        self.dim = dim or program.dims[0]
+        initial = self._initial_parameters(output_gain, seed)
+        self.params = placeholder(shape=initial.shape, domain=(self.dim,), name=name)
+        self.params[0] = constant(program, initial)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(n_in * n_out + n_out for n_in, n_out in zip(self.sizes, self.sizes[1:]))
+
+    def _initial_parameters(self, output_gain: float, seed: int) -> np.ndarray:
+        keys = jax.random.split(jax.random.PRNGKey(seed), len(self.sizes) - 1)
+        pieces = []
+        layers = list(zip(self.sizes, self.sizes[1:], strict=False))
+        for k, (n_in, n_out) in enumerate(layers):
+            gain = output_gain if k == len(layers) - 1 else math.sqrt(2.0)
+            weight = jax.nn.initializers.orthogonal(gain)(keys[k], (n_in, n_out))
+            pieces += [np.asarray(weight, "float32").ravel(), np.zeros(n_out, "float32")]
+        return np.concatenate(pieces)
+
+    def __call__(self, x: RecurrentTensor, params: RecurrentTensor | None = None):
+        """The network applied to x, with `params` (default: this module's params[i])."""
+        params = params if params is not None else self.params[self.dim]
+        offset, h = 0, x
+        layers = list(zip(self.sizes, self.sizes[1:], strict=False))
+        for k, (n_in, n_out) in enumerate(layers):
+            weight = params.slice_axis(offset, offset + n_in * n_out).reshape(n_in, n_out)
+            offset += n_in * n_out
+            bias = params.slice_axis(offset, offset + n_out)
+            offset += n_out
+            h = h @ weight + bias
+            if k < len(layers) - 1:
+                h = h.tanh() if self.activation == "tanh" else h.relu()
+        return h

@@ -1,0 +1,146 @@
+"""gymnax environments as ops of a recurrent-tensor program (in-graph, jitted with the rest).
+
+    env = GymnaxEnv("CartPole-v1")
+    first = env.reset(key)                      # first.obs, first.state
+    step = env.step(key, state, action)         # .obs .state .reward .terminated .truncated
+                                                # .done .final_obs
+An environment state (a pytree) is carried as one float32 vector (`ravel_pytree`; its integer
+leaves are small counters, exact in float32). gymnax resets finished episodes inside `step`:
+`obs` is then the first observation of the next episode and `final_obs` the last one of the
+finished episode (for bootstrapping a truncated episode). One op computes a whole transition
+and returns its parts packed in one vector; the properties below slice them out.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.rules import TensorType
+from rlsys.compiler.rules.base import register
+from rlsys.compiler.tensor import RecurrentTensor, lift
+
+
+@functools.cache
+def _environment(env_id: str):
+    import gymnax  # slow to import (seconds): only when a program uses it
+
+    try:
+        env, params = gymnax.make(env_id)
+    except (ValueError, KeyError) as err:
+        known = ", ".join(sorted(gymnax.registered_envs)[:8])
+        raise RecurrenceError(f"unknown gymnax environment {env_id!r} (e.g. {known}, ...)") from err
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    _, unravel = ravel_pytree(state)
+    return env, params, unravel
+
+
+def _flat(tree) -> jax.Array:
+    return ravel_pytree(tree)[0].astype("float32")
+
+
+def _reset_point(key, *, env_id: str, layout):
+    env, params, _ = _environment(env_id)
+    obs, state = env.reset(key, params)
+    return jnp.concatenate([_flat(obs), _flat(state)])
+
+
+def _step_point(key, state, action, *, env_id: str, layout):
+    env, params, unravel = _environment(env_id)
+    obs, state, reward, terminated, truncated, info = env.step(key, unravel(state), action, params)
+    parts = [obs, state, reward, terminated, truncated, info["final_observation"]]
+    return jnp.concatenate([jnp.atleast_1d(_flat(p)) for p in parts])
+
+
+def _packed(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    return TensorType((sum(n for _, n in params["layout"]),), "float32")
+
+
+register("gymnax_reset", _packed, _reset_point)
+register("gymnax_step", _packed, _step_point)
+
+
+class _Packed:
+    """Named parts of one packed transition vector."""
+
+    def __init__(self, packed: RecurrentTensor, layout, obs_shape) -> None:
+        self._packed, self._obs_shape = packed, obs_shape
+        self._offsets = {}
+        offset = 0
+        for name, size in layout:
+            self._offsets[name] = (offset, offset + size)
+            offset += size
+
+    def _part(self, name: str) -> RecurrentTensor:
+        start, stop = self._offsets[name]
+        return self._packed.slice_axis(start, stop)
+
+    @property
+    def obs(self) -> RecurrentTensor:
+        return self._part("obs").reshape(self._obs_shape)
+
+    @property
+    def final_obs(self) -> RecurrentTensor:
+        return self._part("final_obs").reshape(self._obs_shape)
+
+    @property
+    def state(self) -> RecurrentTensor:
+        return self._part("state")
+
+    @property
+    def reward(self) -> RecurrentTensor:
+        return self._part("reward").reshape(())
+
+    @property
+    def terminated(self) -> RecurrentTensor:
+        return self._part("terminated").reshape(())
+
+    @property
+    def truncated(self) -> RecurrentTensor:
+        return self._part("truncated").reshape(())
+
+    @property
+    def done(self) -> RecurrentTensor:
+        program = self._packed.program
+        return program.apply("maximum", [self.terminated, self.truncated])
+
+
+class GymnaxEnv:
+    """A gymnax environment by id, e.g. GymnaxEnv("CartPole-v1")."""
+
+    def __init__(self, env_id: str) -> None:
+        env, params, _ = _environment(env_id)
+        self.env_id = env_id
+        obs, state = env.reset(jax.random.PRNGKey(0), params)
+        self.obs_shape = tuple(jnp.shape(obs))
+        self.state_size = int(_flat(state).shape[0])
+        space = env.action_space(params)
+        self.num_actions = int(getattr(space, "n", 0)) or None
+        self.action_shape = tuple(getattr(space, "shape", ()) or ())
+        obs_size = math.prod(self.obs_shape)
+        self._reset_layout = (("obs", obs_size), ("state", self.state_size))
+        self._step_layout = (("obs", obs_size), ("state", self.state_size), ("reward", 1),
+                             ("terminated", 1), ("truncated", 1), ("final_obs", obs_size))  # fmt: skip
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions is not None
+
+    def reset(self, key: RecurrentTensor) -> _Packed:
+        packed = key.program.apply("gymnax_reset", [key], env_id=self.env_id,
+                                   layout=self._reset_layout)  # fmt: skip
+        return _Packed(packed, self._reset_layout, self.obs_shape)
+
+    def step(self, key: RecurrentTensor, state: RecurrentTensor, action: Any) -> _Packed:
+        program = key.program
+        action = lift(program, action)
+        packed = program.apply("gymnax_step", [key, state, action], env_id=self.env_id,
+                               layout=self._step_layout)  # fmt: skip
+        return _Packed(packed, self._step_layout, self.obs_shape)
