@@ -185,3 +185,17 @@ def test_unknown_dimension_and_no_program() -> None:
             x[other.dims[0]]
     with pytest.raises(rt.RecurrenceError, match="inside `with prog:`"):
         rt.placeholder()
+
+
+def test_recurrence_reading_earlier_and_later_points_cannot_be_scheduled(backend: str) -> None:
+    prog = rt.Program(dims=("t",))
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        x = rt.placeholder()
+        x[0] = 1.0
+        x[T - 1] = 1.0
+        x[t] = x[t - 1] + x[t + 1]
+        prog.output("x", x)
+    with pytest.raises(rt.RecurrenceError, match=r"x: the recurrence along t reads both "
+                       r"earlier and later points of itself.*test_compiler_ref\.py"):  # fmt: skip
+        prog.compile(bounds={T: 5}, backend=backend)

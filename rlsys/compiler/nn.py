@@ -50,13 +50,18 @@ class MLP:
         self.params[0] = constant(program, initial)
 
     @property
+    def layers(self) -> list[tuple[int, int]]:
+        """(inputs, outputs) of each linear layer."""
+        return list(zip(self.sizes[:-1], self.sizes[1:], strict=True))
+
+    @property
     def num_parameters(self) -> int:
-        return sum(n_in * n_out + n_out for n_in, n_out in zip(self.sizes, self.sizes[1:]))
+        return sum(n_in * n_out + n_out for n_in, n_out in self.layers)
 
     def _initial_parameters(self, output_gain: float, seed: int) -> np.ndarray:
         keys = jax.random.split(jax.random.PRNGKey(seed), len(self.sizes) - 1)
         pieces = []
-        layers = list(zip(self.sizes, self.sizes[1:], strict=False))
+        layers = self.layers
         for k, (n_in, n_out) in enumerate(layers):
             gain = output_gain if k == len(layers) - 1 else math.sqrt(2.0)
             weight = jax.nn.initializers.orthogonal(gain)(keys[k], (n_in, n_out))
@@ -67,7 +72,7 @@ class MLP:
         """The network applied to x, with `params` (default: this module's params[i])."""
         params = params if params is not None else self.params[self.dim]
         offset, h = 0, x
-        layers = list(zip(self.sizes, self.sizes[1:], strict=False))
+        layers = self.layers
         for k, (n_in, n_out) in enumerate(layers):
             weight = params.slice_axis(offset, offset + n_in * n_out).reshape(n_in, n_out)
             offset += n_in * n_out

@@ -126,8 +126,14 @@ class GymnaxEnv:
         self.action_shape = tuple(getattr(space, "shape", ()) or ())
         obs_size = math.prod(self.obs_shape)
         self._reset_layout = (("obs", obs_size), ("state", self.state_size))
-        self._step_layout = (("obs", obs_size), ("state", self.state_size), ("reward", 1),
-                             ("terminated", 1), ("truncated", 1), ("final_obs", obs_size))  # fmt: skip
+        self._step_layout = (
+            ("obs", obs_size),
+            ("state", self.state_size),
+            ("reward", 1),
+            ("terminated", 1),
+            ("truncated", 1),
+            ("final_obs", obs_size),
+        )
 
     @property
     def discrete(self) -> bool:
