@@ -112,3 +112,20 @@ def test_grad_needs_a_scalar_loss_without_extra_dims() -> None:
             rt.grad(per_b, w)
         with pytest.raises(rt.RecurrenceError, match=r"spatial shape \(2,\)"):
             rt.grad(w * 2.0, w)
+
+
+@pytest.mark.parametrize("per_call", [1, 2, 5])
+def test_host_loop_reports_each_iteration_and_can_stop_early(per_call: int) -> None:
+    targets = np.random.default_rng(1).normal(size=(5, 3)).astype("float32")
+    prog, I = quadratic_program(rt.optim.SGD(lr=0.05))
+    exe = prog.compile(bounds={I: 5}, iterations_per_call=per_call)
+    assert exe.host_loop
+    seen = []
+    full = exe.run({"target": targets}, on_iteration=lambda i, out: seen.append(i))
+    assert seen == [0, 1, 2, 3, 4]
+    expected = optax_trajectory(optax.sgd(0.05), targets, 4)
+    np.testing.assert_allclose(full["theta"], expected, rtol=1e-5, atol=1e-6)
+    stopped = exe.run({"target": targets}, on_iteration=lambda i, out: i == 1)
+    iterations_run = {1: 2, 2: 2, 5: 5}[per_call]  # a call always finishes its iterations
+    assert len(stopped["theta"]) == iterations_run
+    np.testing.assert_allclose(stopped["theta"], expected[:iterations_run], rtol=1e-5, atol=1e-6)

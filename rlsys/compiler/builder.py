@@ -155,8 +155,9 @@ class Program:
         return Graph(self.dims, nodes, tuple(self._outputs.items()))
 
     def compile(self, bounds: Mapping[Bound, int], backend: str = "jax", **options: Any):
-        """Bind the bounds, check the program, and lower it: backend "jax" (one jitted
-        function) or "ref" (the point-by-point reference interpreter)."""
+        """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
+        "ref" (the point-by-point reference interpreter). Options: `debug=True` verifies the
+        IR after every pass; `iterations_per_call=K` runs K iterations per jitted call."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, **options)

@@ -15,7 +15,7 @@ import numpy as np
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, concrete_shape
-from rlsys.compiler.lower.jax import JaxExecutable
+from rlsys.compiler.lower.jax_program import JaxExecutable
 from rlsys.compiler.lower.ref import ReferenceInterpreter
 from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.passes.demand import check_demand
@@ -71,11 +71,9 @@ class ReferenceExecutable:
 
 
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
-                  debug: bool = False, **options: Any):  # fmt: skip
+                  debug: bool = False, iterations_per_call: int = 1):  # fmt: skip
     if backend not in BACKENDS:
         raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if options:
-        raise RecurrenceError(f"unknown compile options: {', '.join(sorted(options))}")
     bound_values = bind_bounds(graph, bounds)
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
@@ -84,6 +82,7 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
         return ReferenceExecutable(graph, bound_values, specs)
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
-    executable = JaxExecutable(optimized, bound_values, schedule, specs)
+    executable = JaxExecutable(optimized, bound_values, schedule, specs,
+                               iterations_per_call=iterations_per_call)  # fmt: skip
     executable.pass_timings = timings
     return executable

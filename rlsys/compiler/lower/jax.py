@@ -1,4 +1,4 @@
-"""The fast lowering: a `Schedule` becomes one jitted JAX function.
+"""The fast lowering, part 1: values, reading edges, computing one node over its vector dims.
 
 Values during lowering are `Value(array, axes)`: `axes` names the dimensions the array's
 leading axes hold (in domain order); a dimension of the node's domain that is not among them
@@ -8,9 +8,7 @@ is an enclosing loop's dimension, fixed at the loop's current index. Then:
   (`read_edge`), and apply the op's point rule under one `vmap` per vector dimension
   (inputs that do not vary along a dimension are passed with `in_axes=None`).
 - `Compute` of a placeholder: read every definition, then select by region, first wins.
-- `Loop` over d: a `lax.scan` over the indices of d (reversed for recurrences that read later
-  points). Values a member reads at `d - k` come from a window of its last k values in the
-  scan carry; values read after the loop are stacked by the scan.
+- `Loop` over d: see `jax_loop.py`.
 - `read_edge`: an index is evaluated at every point at once (loop dimensions are scalars,
   vector dimensions are `iota`s) and applied as one gather; indices are clipped, which only
   matters at points a placeholder's region excludes.
@@ -31,9 +29,8 @@ from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape
-from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.rules import RULES
-from rlsys.compiler.schedule import Compute, Loop, Schedule, carried_offset, index_on, plan
+from rlsys.compiler.schedule import carried_offset, index_on, plan
 
 
 @dataclass
@@ -253,6 +250,8 @@ def _grad_value(ctx: Context, node: Node) -> Value:
     steps = plan(ctx.graph, path - {param_edge.node}, loop_dims)
     param = ctx.values[param_edge.node]
 
+    from rlsys.compiler.lower.jax_loop import run_steps  # loops run nodes, nodes run loops
+
     def loss_of(theta):
         inner = ctx.child()
         inner.values[param_edge.node] = Value(theta, param.axes)
@@ -260,123 +259,3 @@ def _grad_value(ctx: Context, node: Node) -> Value:
         return jnp.sum(inner.values[loss_edge.node].array)  # points are independent: sum
 
     return Value(jax.grad(loss_of)(param.array), param.axes)
-
-
-# -- steps ---------------------------------------------------------------------------------
-
-
-def run_steps(ctx: Context, steps) -> None:
-    for step in steps:
-        if isinstance(step, Compute):
-            node = ctx.graph[step.node]
-            ctx.values[step.node] = compute_node(ctx, node, step.vector_dims)
-        else:
-            run_loop(ctx, step)
-
-
-def _window_sizes(ctx: Context, loop: Loop) -> dict[int, int]:
-    sizes: dict[int, int] = {}
-    for member in loop.members:
-        for edge in ctx.graph[member].all_edges():
-            if edge.node in loop.members:
-                item = index_on(edge, ctx.graph[edge.node], loop.dim)
-                k = carried_offset(item, loop.dim) if item is not None else None
-                if k:
-                    sizes[edge.node] = max(sizes.get(edge.node, 0), abs(k))
-    return sizes
-
-
-def _inner_shape(ctx: Context, node: Node, loop_dims) -> tuple[tuple[int, ...], tuple[Dim, ...]]:
-    axes = tuple(d for d in node.domain if d not in loop_dims)
-    spatial = concrete_shape(node, ctx.bounds)
-    return tuple(ctx.extent(d) for d in axes) + spatial, axes
-
-
-def run_loop(ctx: Context, loop: Loop) -> None:
-    loop_dims = (*ctx.loop_index, loop.dim)
-    sizes = _window_sizes(ctx, loop)
-    init = {}
-    entry_axes = {}
-    for member, size in sizes.items():
-        node = ctx.graph[member]
-        shape, axes = _inner_shape(ctx, node, loop_dims)
-        init[member] = jnp.zeros((size, *shape), node.dtype)
-        entry_axes[member] = axes
-
-    kept = {m for m in loop.members if m in ctx.read_outside or any(
-        reader not in loop.members for reader in ctx.consumers[m])}  # fmt: skip
-
-    def body(carry, index):
-        windows = {m: Window(carry[m], loop.dim, entry_axes[m]) for m in carry}
-        inner = ctx.child(loop.dim, index, windows)
-        run_steps(inner, loop.body)
-        new_carry = {
-            m: jnp.concatenate([inner.values[m].array[None], carry[m][:-1]]) for m in carry
-        }
-        outputs = {m: inner.values[m].array for m in kept}  # stack only what is read later
-        return new_carry, outputs
-
-    indices = jnp.arange(ctx.extent(loop.dim))
-    _, stacked = jax.lax.scan(body, init, indices, reverse=loop.reverse)
-    for member, array in stacked.items():
-        node = ctx.graph[member]
-        _, axes = _inner_shape(ctx, node, loop_dims)
-        ordered = tuple(d for d in node.domain if d in (loop.dim, *axes))
-        perm = [((loop.dim, *axes)).index(d) for d in ordered]
-        perm += list(range(len(perm), array.ndim))
-        ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
-
-
-def reads_from_outside(graph: Graph) -> frozenset[int]:
-    """Nodes whose values must outlive the loop computing them: outputs, and what a
-    gradient's re-run may read (it runs after the loops that produced its inputs)."""
-    kept = {edge.node for _, edge in graph.outputs}
-    for node in graph:
-        if node.op == "grad":
-            loss_edge, param_edge = node.inputs
-            for member in path_nodes(graph, param_edge.node, loss_edge.node, ()):
-                kept.update(edge.node for edge in graph[member].all_edges())
-    return frozenset(kept)
-
-
-def execute(graph: Graph, bounds: dict[Bound, int], schedule: Schedule, inputs) -> dict:
-    ctx = Context(graph, bounds, inputs, read_outside=reads_from_outside(graph),
-                  consumers=graph.consumers())  # fmt: skip
-    run_steps(ctx, schedule.steps)
-    return {name: ctx.values[edge.node].array for name, edge in graph.outputs}
-
-
-class JaxExecutable:
-    """The whole program as one jitted function, traced and compiled by the constructor."""
-
-    def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
-                 specs: Mapping[str, InputSpec]) -> None:  # fmt: skip
-        self.ir, self.bounds, self.schedule = graph, bounds, schedule
-        self.input_specs = specs
-        abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in specs.items()}
-        try:
-            lowered = jax.jit(partial(execute, graph, bounds, schedule)).lower(abstract)
-        except RecurrenceError as err:  # raised while tracing: drop JAX's frames
-            raise type(err)(str(err)) from None
-        self._compiled = lowered.compile()
-
-    def explain(self, file=None) -> list:
-        """For every op: its domain, the decision per dimension, its stage; also printed."""
-        from rlsys.compiler.explain import explain_rows
-
-        rows = explain_rows(self.ir, self.schedule)
-        print("\n".join(row.as_text() for row in rows), file=file)
-        return rows
-
-    def graph(self, format: str = "dot") -> str:
-        """The dependence graph as Graphviz text."""
-        from rlsys.compiler.explain import to_dot
-
-        if format != "dot":
-            raise RecurrenceError(f"graph format {format!r} is not supported; use 'dot'")
-        return to_dot(self.ir, self.schedule)
-
-    def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
-        arrays = check_inputs(self.input_specs, inputs or {})
-        outputs = self._compiled(arrays)
-        return {name: np.asarray(value) for name, value in outputs.items()}

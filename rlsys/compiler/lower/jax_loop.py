@@ -1,0 +1,102 @@
+"""The fast lowering, part 2: steps and loops.
+
+A `Loop` over d runs its body once per index of d (reversed for recurrences that read later
+points). Values a member reads at `d - k` come from a window of its last k values carried
+from step to step; values read after the loop (by later steps, outputs, or a gradient's
+re-run) are stacked over d. Inside a jitted function the loop is a `lax.scan`; the outermost
+loop over the iteration dimension can instead run on the host, one jitted call per
+iteration (`jax_program.py`), with the same `LoopPlan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlsys.compiler.index import Dim
+from rlsys.compiler.ir import Node, concrete_shape
+from rlsys.compiler.lower.jax import Context, Value, Window, compute_node
+from rlsys.compiler.schedule import Compute, Loop, carried_offset, index_on
+
+
+def run_steps(ctx: Context, steps) -> None:
+    for step in steps:
+        if isinstance(step, Compute):
+            ctx.values[step.node] = compute_node(ctx, ctx.graph[step.node], step.vector_dims)
+        else:
+            run_loop(ctx, step)
+
+
+def _window_sizes(ctx: Context, loop: Loop) -> dict[int, int]:
+    sizes: dict[int, int] = {}
+    for member in loop.members:
+        for edge in ctx.graph[member].all_edges():
+            if edge.node in loop.members:
+                item = index_on(edge, ctx.graph[edge.node], loop.dim)
+                k = carried_offset(item, loop.dim) if item is not None else None
+                if k:
+                    sizes[edge.node] = max(sizes.get(edge.node, 0), abs(k))
+    return sizes
+
+
+def _inner_axes(node: Node, loop_dims) -> tuple[Dim, ...]:
+    return tuple(d for d in node.domain if d not in loop_dims)
+
+
+@dataclass
+class LoopPlan:
+    """What one loop carries between steps and keeps after it, and its body."""
+
+    ctx: Context
+    loop: Loop
+    window_axes: dict[int, tuple[Dim, ...]]
+    kept: frozenset[int]
+
+    @classmethod
+    def make(cls, ctx: Context, loop: Loop) -> LoopPlan:
+        loop_dims = (*ctx.loop_index, loop.dim)
+        window_axes = {m: _inner_axes(ctx.graph[m], loop_dims) for m in _window_sizes(ctx, loop)}
+        kept = frozenset(
+            m for m in loop.members
+            if m in ctx.read_outside or any(r not in loop.members for r in ctx.consumers[m])
+        )  # fmt: skip
+        return cls(ctx, loop, window_axes, kept)
+
+    def initial_carry(self) -> dict[int, Any]:
+        carry = {}
+        for member, size in _window_sizes(self.ctx, self.loop).items():
+            node = self.ctx.graph[member]
+            extents = tuple(self.ctx.extent(d) for d in self.window_axes[member])
+            shape = extents + concrete_shape(node, self.ctx.bounds)
+            carry[member] = jnp.zeros((size, *shape), node.dtype)
+        return carry
+
+    def body(self, carry: dict[int, Any], index) -> tuple[dict[int, Any], dict[int, Any]]:
+        """One step at `index`: the new carry, and the kept members' values at this step."""
+        loop = self.loop
+        windows = {m: Window(carry[m], loop.dim, self.window_axes[m]) for m in carry}
+        inner = self.ctx.child(loop.dim, index, windows)
+        run_steps(inner, loop.body)
+        new_carry = {m: jnp.concatenate([inner.values[m].array[None], carry[m][:-1]])
+                     for m in carry}  # fmt: skip
+        return new_carry, {m: inner.values[m].array for m in self.kept}
+
+    def store(self, stacked: dict[int, Any]) -> None:
+        """Record the kept members' values, stacked over the loop dim, in domain order."""
+        loop_dims = (*self.ctx.loop_index, self.loop.dim)
+        for member, array in stacked.items():
+            node = self.ctx.graph[member]
+            axes = (self.loop.dim, *_inner_axes(node, loop_dims))
+            ordered = tuple(d for d in node.domain if d in axes)
+            perm = [axes.index(d) for d in ordered] + list(range(len(axes), array.ndim))
+            self.ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
+
+
+def run_loop(ctx: Context, loop: Loop) -> None:
+    plan = LoopPlan.make(ctx, loop)
+    indices = jnp.arange(ctx.extent(loop.dim))
+    _, stacked = jax.lax.scan(plan.body, plan.initial_carry(), indices, reverse=loop.reverse)
+    plan.store(stacked)

@@ -1,0 +1,194 @@
+"""The fast lowering, part 3: the whole program as jitted JAX functions.
+
+A program whose schedule has one top-level loop over the iteration dimension (the usual RL
+program: parameters updated from one iteration to the next) runs that loop on the host:
+
+    pre  = prologue(inputs)                         # everything before the loop, once
+    for i0 in range(0, I, K):                       # one jitted call per K iterations
+        carry, kept[i0:i0+K] = iterations(inputs, pre, carry, i0)   # a lax.scan of K
+        on_iteration(i, outputs of iteration i)     # progress, logging, early stop
+    outputs = epilogue(inputs, pre, stack(kept))    # everything after the loop
+
+so training reports progress and can be stopped between calls, while K (the compile option
+`iterations_per_call`) amortizes the cost of a call. Other programs become one jitted
+function. Everything is traced and compiled by the constructor, so a bad program fails at
+`compile()`, never inside `run()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlsys.compiler.autodiff import path_nodes
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import Bound
+from rlsys.compiler.ir import Graph
+from rlsys.compiler.lower.jax import Context, Value
+from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.program import InputSpec, check_inputs
+from rlsys.compiler.schedule import Loop, Schedule
+
+IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
+
+
+def reads_from_outside(graph: Graph) -> frozenset[int]:
+    """Nodes whose values must outlive the loop computing them: outputs, and what a
+    gradient's re-run may read (it runs after the loops that produced its inputs)."""
+    kept = {edge.node for _, edge in graph.outputs}
+    for node in graph:
+        if node.op == "grad":
+            loss_edge, param_edge = node.inputs
+            for member in path_nodes(graph, param_edge.node, loss_edge.node, ()):
+                kept.update(edge.node for edge in graph[member].all_edges())
+    return frozenset(kept)
+
+
+def _context(graph: Graph, bounds, inputs, values=None) -> Context:
+    ctx = Context(graph, bounds, inputs, read_outside=reads_from_outside(graph),
+                  consumers=graph.consumers())  # fmt: skip
+    ctx.values.update(values or {})
+    return ctx
+
+
+def _outputs(ctx: Context) -> dict[str, Any]:
+    return {name: ctx.values[edge.node].array for name, edge in ctx.graph.outputs}
+
+
+def _traced(build: Callable[[], Any]) -> Any:
+    try:
+        return build()
+    except RecurrenceError as err:  # raised while tracing: drop JAX's frames
+        raise type(err)(str(err)) from None
+
+
+class JaxExecutable:
+    """A compiled program: `run(inputs, on_iteration=None)` returns outputs by name."""
+
+    def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
+                 specs: Mapping[str, InputSpec], host_loop: bool = True,
+                 iterations_per_call: int = 1) -> None:  # fmt: skip
+        self.ir, self.bounds, self.schedule, self.input_specs = graph, bounds, schedule, specs
+        if iterations_per_call < 1:
+            raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
+        self.iterations_per_call = iterations_per_call
+        self.pass_timings: list = []
+        abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in specs.items()}
+        loops = [k for k, s in enumerate(schedule.steps)
+                 if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
+        self.host_loop = host_loop and len(loops) == 1
+        if self.host_loop:
+            _traced(partial(self._compile_host_loop, abstract, loops[0]))
+        else:
+            whole = jax.jit(self._whole)
+            self._compiled = _traced(lambda: whole.lower(abstract).compile())
+
+    # -- one jitted function ----------------------------------------------------------------
+    def _whole(self, inputs):
+        ctx = _context(self.ir, self.bounds, inputs)
+        run_steps(ctx, self.schedule.steps)
+        return _outputs(ctx)
+
+    # -- host loop over the iteration dimension ---------------------------------------------
+    def _compile_host_loop(self, abstract, position: int) -> None:
+        steps = self.schedule.steps
+        self._pre, self._loop, self._post = steps[:position], steps[position], steps[position + 1 :]
+        self._axes: dict[int, tuple] = {}
+        pre_shapes = jax.eval_shape(self._prologue, abstract)
+        self._prologue_fn = jax.jit(self._prologue).lower(abstract).compile()
+        plan = LoopPlan.make(_context(self.ir, self.bounds, {}), self._loop)
+        self._carry0 = plan.initial_carry()
+        carry_shapes = jax.eval_shape(lambda c: c, self._carry0)
+        extent = self.bounds[self._loop.dim.bound]
+        self._calls = {}  # iterations per call -> compiled function (a shorter last call)
+        start = jax.ShapeDtypeStruct((), jnp.int32)
+        shapes = (abstract, pre_shapes, carry_shapes, start)
+        for size in {min(self.iterations_per_call, extent), extent % self.iterations_per_call}:
+            if size:
+                traced = jax.jit(partial(self._iterations, size=size))
+                self._calls[size] = traced.lower(*shapes).compile()
+        _, kept_shapes = jax.eval_shape(partial(self._iterations, size=1), *shapes)
+        stacked = {m: jax.ShapeDtypeStruct((extent, *s.shape[1:]), s.dtype)
+                   for m, s in kept_shapes.items()}  # fmt: skip
+        self._epilogue_fn = jax.jit(self._epilogue).lower(abstract, pre_shapes, stacked).compile()
+        self.iteration_outputs = {name: edge.node for name, edge in self.ir.outputs
+                                  if edge.node in kept_shapes}  # fmt: skip
+
+    def _values(self, arrays: Mapping[int, Any]) -> dict[int, Value]:
+        return {n: Value(a, self._axes[n]) for n, a in arrays.items()}
+
+    def _prologue(self, inputs):
+        ctx = _context(self.ir, self.bounds, inputs)
+        run_steps(ctx, self._pre)
+        self._axes.update({n: v.axes for n, v in ctx.values.items()})
+        return {n: v.array for n, v in ctx.values.items()}
+
+    def _iterations(self, inputs, pre, carry, start, *, size: int):
+        """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
+        ctx = _context(self.ir, self.bounds, inputs, self._values(pre))
+        plan = LoopPlan.make(ctx, self._loop)
+        step = -1 if self._loop.reverse else 1
+        return jax.lax.scan(plan.body, carry, start + step * jnp.arange(size))
+
+    def _epilogue(self, inputs, pre, stacked):
+        ctx = _context(self.ir, self.bounds, inputs, self._values(pre))
+        LoopPlan.make(ctx, self._loop).store(stacked)
+        run_steps(ctx, self._post)
+        return _outputs(ctx)
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, Any] | None = None,
+            on_iteration: IterationCallback | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Run the program. With a host loop, `on_iteration(i, outputs_at_i)` is called after
+        each iteration; returning True stops the run early (outputs then cover the
+        iterations done, along the iteration dimension)."""
+        arrays = check_inputs(self.input_specs, inputs or {})
+        if not self.host_loop:
+            return {k: np.asarray(v) for k, v in self._compiled(arrays).items()}
+        pre = self._prologue_fn(arrays)
+        carry, kept, done = self._carry0, [], 0
+        extent = self.bounds[self._loop.dim.bound]
+        while done < extent:
+            size = min(self.iterations_per_call, extent - done)
+            start = extent - 1 - done if self._loop.reverse else done
+            carry, values = self._calls[size](arrays, pre, carry, jnp.int32(start))
+            kept.append(values)
+            done += size
+            if on_iteration is not None and self._report(values, start, size, on_iteration):
+                break
+        stacked = {m: jnp.concatenate([k[m] for k in kept]) for m in kept[0]}
+        if done < extent:  # stopped early: only what each iteration computed
+            outputs = self.iteration_outputs.items()
+            return {name: np.asarray(stacked[node]) for name, node in outputs}
+        if self._loop.reverse:
+            stacked = {m: jnp.flip(a, axis=0) for m, a in stacked.items()}
+        return {k: np.asarray(v) for k, v in self._epilogue_fn(arrays, pre, stacked).items()}
+
+    def _report(self, values, start: int, size: int, on_iteration: IterationCallback) -> bool:
+        host = {name: np.asarray(values[node]) for name, node in self.iteration_outputs.items()}
+        step = -1 if self._loop.reverse else 1
+        for k in range(size):
+            if on_iteration(start + step * k, {name: v[k] for name, v in host.items()}):
+                return True
+        return False
+
+    def explain(self, file=None) -> list:
+        """For every op: its domain, the decision per dimension, its stage; also printed."""
+        from rlsys.compiler.explain import explain_rows
+
+        rows = explain_rows(self.ir, self.schedule)
+        print("\n".join(row.as_text() for row in rows), file=file)
+        return rows
+
+    def graph(self, format: str = "dot") -> str:
+        """The dependence graph as Graphviz text."""
+        from rlsys.compiler.explain import to_dot
+
+        if format != "dot":
+            raise RecurrenceError(f"graph format {format!r} is not supported; use 'dot'")
+        return to_dot(self.ir, self.schedule)
