@@ -84,6 +84,12 @@ class _ExprOps:
     def __truediv__(self, other: Any):
         return _as_value(self) / other
 
+    def __floordiv__(self, other: Any):
+        return _as_value(self) // other
+
+    def __mod__(self, other: Any):
+        return _as_value(self) % other
+
     def __rtruediv__(self, other: Any):
         return other / _as_value(self)
 

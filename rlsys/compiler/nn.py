@@ -36,7 +36,10 @@ class MLP:
         seed: int = 0,
         dim: Dim | None = None,
         name: str = "mlp",
+        own_params: bool = True,
     ) -> None:
+        """With `own_params=False` the module makes no placeholder: call it with a slice of
+        a larger parameter vector (several modules sharing one optimizer state)."""
         from rlsys.rt import placeholder
 
         if activation not in ACTIVATIONS:
@@ -45,9 +48,11 @@ class MLP:
         self.sizes = tuple(int(n) for n in sizes)
         self.activation = activation
         self.dim = dim or program.dims[0]
-        initial = self._initial_parameters(output_gain, seed)
-        self.params = placeholder(shape=initial.shape, domain=(self.dim,), name=name)
-        self.params[0] = constant(program, initial)
+        self.initial = self._initial_parameters(output_gain, seed)
+        self.params = None
+        if own_params:
+            self.params = placeholder(shape=self.initial.shape, domain=(self.dim,), name=name)
+            self.params[0] = constant(program, self.initial)
 
     @property
     def layers(self) -> list[tuple[int, int]]:
@@ -70,7 +75,10 @@ class MLP:
 
     def __call__(self, x: RecurrentTensor, params: RecurrentTensor | None = None):
         """The network applied to x, with `params` (default: this module's params[i])."""
-        params = params if params is not None else self.params[self.dim]
+        if params is None:
+            if self.params is None:
+                raise ValueError("this MLP has no parameters of its own: pass `params`")
+            params = self.params[self.dim]
         offset, h = 0, x
         layers = self.layers
         for k, (n_in, n_out) in enumerate(layers):

@@ -92,16 +92,20 @@ class Adam:
         i = _iteration_dim(params, dim)
         lr = _learning_rate(self.lr, i)
         step = lift(current_program(), i + 1).astype("float32")
-        correction1 = 1.0 - lift(current_program(), self.b1) ** step
-        correction2 = 1.0 - lift(current_program(), self.b2) ** step
         for p, g in zip(params, clipped_grads(loss, params, self.max_grad_norm), strict=True):
             m = placeholder(p.shape, p.dtype, domain=(i,), name=f"adam_m({p.label})")
             v = placeholder(p.shape, p.dtype, domain=(i,), name=f"adam_v({p.label})")
             m[0] = 0.0
             v[0] = 0.0
-            m_new = self.b1 * m[i] + (1.0 - self.b1) * g[i]
-            v_new = self.b2 * v[i] + (1.0 - self.b2) * g[i] * g[i]
-            m[i + 1] = m_new
-            v[i + 1] = v_new
-            update = (m_new / correction1) / ((v_new / correction2).sqrt() + self.eps)
-            p[i + 1] = p[i] - lr * update
+            p_new, m[i + 1], v[i + 1] = self.update(p[i], m[i], v[i], g[i], step, lr)
+            p[i + 1] = p_new
+
+    def update(self, param, m, v, g, step, lr):
+        """One Adam step at one point: (param, m, v) after gradient g at step count `step`
+        (1 for the first update). For recurrences other than minimize()'s, e.g. PPO's."""
+        program = param.program
+        m_new = self.b1 * m + (1.0 - self.b1) * g
+        v_new = self.b2 * v + (1.0 - self.b2) * g * g
+        m_hat = m_new / (1.0 - lift(program, self.b1) ** step)
+        v_hat = v_new / (1.0 - lift(program, self.b2) ** step)
+        return param - lr * m_hat / (v_hat.sqrt() + self.eps), m_new, v_new

@@ -31,6 +31,11 @@ def normal(key: RecurrentTensor, shape: tuple[int, ...] = ()) -> RecurrentTensor
     return key.program.apply("normal", [key], shape=tuple(shape))
 
 
+def permutation(key: RecurrentTensor, n: int) -> RecurrentTensor:
+    """A random permutation of 0..n-1 (int32[n])."""
+    return key.program.apply("permutation", [key], shape=(int(n),))
+
+
 class Categorical:
     """A categorical distribution over the last axis of `logits`."""
 

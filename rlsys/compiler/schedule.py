@@ -154,7 +154,71 @@ def plan(graph: Graph, nodes: Iterable[int], loop_dims: tuple[Dim, ...]) -> list
 def build_schedule(graph: Graph, needed: Iterable[int]) -> Schedule:
     loops_of: dict[int, tuple[Dim, ...]] = {}
     steps = _plan(graph, sorted(set(needed)), (), loops_of)
+    steps = _fuse_iteration_loop(graph, steps, graph.dims[0], loops_of)
     return Schedule(tuple(steps), loops_of)
+
+
+def _step_nodes(step: Step) -> set[int]:
+    return {step.node} if isinstance(step, Compute) else set(step.members)
+
+
+def _fuse_iteration_loop(graph: Graph, steps: list[Step], dim: Dim, loops_of) -> list[Step]:
+    """Merge the top-level work along the iteration dim into one loop where legal.
+
+    The plan gives each recurrence over i its own loop (the parameter update, an episode
+    return tracker, ...) and vectorizes over i what no recurrence holds. One loop is better:
+    it runs on the host one iteration at a time, and per-iteration values are computed when
+    needed instead of for all iterations at once. A node may join when everything it reads
+    from the loop is from the same or an earlier iteration.
+    """
+    loops = [s for s in steps if isinstance(s, Loop) and s.dim is dim and not s.reverse]
+    if len(loops) < 1:
+        return steps
+    fused = set().union(*(_step_nodes(s) for s in steps if any(
+        dim in graph[n].domain for n in _step_nodes(s)) and not (isinstance(s, Loop) and (
+            s.dim is not dim or s.reverse))))  # fmt: skip
+    changed = True
+    while changed:
+        changed = False
+        later = _depends_on(graph, fused) - fused
+        for node_id in sorted(fused):
+            if not _may_join(graph, node_id, fused, later, dim):
+                fused.discard(node_id)
+                changed = True
+                break
+    if not any(set(loop.members) & fused for loop in loops):
+        return steps
+    before = [s for s in steps if not _step_nodes(s) & fused and not _step_nodes(s) & _depends_on(
+        graph, fused)]  # fmt: skip
+    after = [s for s in steps if s not in before and not _step_nodes(s) <= fused]
+    for node_id in fused:
+        loops_of.pop(node_id, None)
+    body = _plan(graph, sorted(fused), (dim,), loops_of)
+    return [*before, Loop(dim, False, frozenset(fused), tuple(body)), *after]
+
+
+def _may_join(graph: Graph, node_id: int, fused: set[int], later: set[int], dim: Dim) -> bool:
+    for edge in graph[node_id].all_edges():
+        if edge.node in later:
+            return False  # it reads something computed after the loop
+        if edge.node in fused:
+            item = index_on(edge, graph[edge.node], dim)
+            k = carried_offset(item, dim) if item is not None else None
+            if k is None or k > 0:
+                return False  # it reads a later, fixed or sliced iteration
+    return True
+
+
+def _depends_on(graph: Graph, sources: set[int]) -> set[int]:
+    """Every node that reads, directly or not, one of `sources` (sources included)."""
+    consumers = graph.consumers()
+    seen, stack = set(sources), list(sources)
+    while stack:
+        for reader in consumers.get(stack.pop(), ()):
+            if reader not in seen:
+                seen.add(reader)
+                stack.append(reader)
+    return seen
 
 
 def _plan(graph: Graph, nodes: list[int], loop_dims: tuple[Dim, ...], loops_of) -> list[Step]:

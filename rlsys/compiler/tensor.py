@@ -110,6 +110,15 @@ class RecurrentTensor:
     def __pow__(self, o: Operand) -> RecurrentTensor:
         return self._binary("pow", o)
 
+    def __rpow__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("pow", o, True)
+
+    def __floordiv__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("floordiv", o)
+
+    def __mod__(self, o: Operand) -> RecurrentTensor:
+        return self._binary("mod", o)
+
     def __matmul__(self, o: Operand) -> RecurrentTensor:
         return self._binary("matmul", o)
 
@@ -171,6 +180,11 @@ class RecurrentTensor:
 
     def sigmoid(self) -> RecurrentTensor:
         return self._unary("sigmoid")
+
+    def clip(self, low: Operand, high: Operand) -> RecurrentTensor:
+        program = self.program
+        floor = program.apply("maximum", [self, lift(program, low)])
+        return program.apply("minimum", [floor, lift(program, high)])
 
     def stop_gradient(self) -> RecurrentTensor:
         return self._unary("stop_gradient")

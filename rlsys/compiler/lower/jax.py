@@ -56,14 +56,17 @@ class Context:
     values: dict[int, Value] = field(default_factory=dict)
     windows: dict[int, Window] = field(default_factory=dict)
     loop_index: dict[Dim, Any] = field(default_factory=dict)
-    read_outside: frozenset[int] = frozenset()  # see `reads_from_outside`
+    # What must outlive a loop (see LoopPlan): the program outputs, and per gradient node
+    # the values its re-run reads (it may run after the loops that produced them).
+    outputs: frozenset[int] = frozenset()
+    grad_reads: dict[int, frozenset[int]] = field(default_factory=dict)
     consumers: dict[int, list[int]] = field(default_factory=dict)
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
-                       {**self.windows, **(windows or {})}, loop_index, self.read_outside,
-                       self.consumers)  # fmt: skip
+                       {**self.windows, **(windows or {})}, loop_index, self.outputs,
+                       self.grad_reads, self.consumers)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]

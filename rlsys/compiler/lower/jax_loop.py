@@ -46,6 +46,18 @@ def _inner_axes(node: Node, loop_dims) -> tuple[Dim, ...]:
     return tuple(d for d in node.domain if d not in loop_dims)
 
 
+def _kept(ctx: Context, loop: Loop) -> frozenset[int]:
+    """Members whose values are needed after the loop, so the loop stacks them: outputs,
+    members read by a node outside the loop, and what a gradient outside the loop re-reads."""
+    outside_grads = [reads for g, reads in ctx.grad_reads.items() if g not in loop.members]
+    return frozenset(
+        m for m in loop.members
+        if m in ctx.outputs
+        or any(r not in loop.members for r in ctx.consumers[m])
+        or any(m in reads for reads in outside_grads)
+    )  # fmt: skip
+
+
 @dataclass
 class LoopPlan:
     """What one loop carries between steps and keeps after it, and its body."""
@@ -59,11 +71,7 @@ class LoopPlan:
     def make(cls, ctx: Context, loop: Loop) -> LoopPlan:
         loop_dims = (*ctx.loop_index, loop.dim)
         window_axes = {m: _inner_axes(ctx.graph[m], loop_dims) for m in _window_sizes(ctx, loop)}
-        kept = frozenset(
-            m for m in loop.members
-            if m in ctx.read_outside or any(r not in loop.members for r in ctx.consumers[m])
-        )  # fmt: skip
-        return cls(ctx, loop, window_axes, kept)
+        return cls(ctx, loop, window_axes, _kept(ctx, loop))
 
     def initial_carry(self) -> dict[int, Any]:
         carry = {}

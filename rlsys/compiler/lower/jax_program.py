@@ -37,21 +37,26 @@ from rlsys.compiler.schedule import Loop, Schedule
 IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
 
 
-def reads_from_outside(graph: Graph) -> frozenset[int]:
-    """Nodes whose values must outlive the loop computing them: outputs, and what a
-    gradient's re-run may read (it runs after the loops that produced its inputs)."""
-    kept = {edge.node for _, edge in graph.outputs}
+def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]]:
+    """For each gradient node, the values its re-run reads: producers of the ops between
+    its parameter and its loss, within the loops the gradient runs in."""
+    reads = {}
     for node in graph:
         if node.op == "grad":
             loss_edge, param_edge = node.inputs
-            for member in path_nodes(graph, param_edge.node, loss_edge.node, ()):
-                kept.update(edge.node for edge in graph[member].all_edges())
-    return frozenset(kept)
+            loops = schedule.loops_of.get(node.id, ())
+            path = path_nodes(graph, param_edge.node, loss_edge.node, loops)
+            reads[node.id] = frozenset(e.node for m in path for e in graph[m].all_edges())
+    return reads
 
 
-def _context(graph: Graph, bounds, inputs, values=None) -> Context:
-    ctx = Context(graph, bounds, inputs, read_outside=reads_from_outside(graph),
-                  consumers=graph.consumers())  # fmt: skip
+def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> Context:
+    ctx = Context(
+        graph, bounds, inputs,
+        outputs=frozenset(e.node for _, e in graph.outputs),
+        grad_reads=gradient_reads(graph, schedule),
+        consumers=graph.consumers(),
+    )  # fmt: skip
     ctx.values.update(values or {})
     return ctx
 
@@ -90,7 +95,7 @@ class JaxExecutable:
 
     # -- one jitted function ----------------------------------------------------------------
     def _whole(self, inputs):
-        ctx = _context(self.ir, self.bounds, inputs)
+        ctx = _context(self.ir, self.bounds, inputs, self.schedule)
         run_steps(ctx, self.schedule.steps)
         return _outputs(ctx)
 
@@ -101,7 +106,7 @@ class JaxExecutable:
         self._axes: dict[int, tuple] = {}
         pre_shapes = jax.eval_shape(self._prologue, abstract)
         self._prologue_fn = jax.jit(self._prologue).lower(abstract).compile()
-        plan = LoopPlan.make(_context(self.ir, self.bounds, {}), self._loop)
+        plan = LoopPlan.make(_context(self.ir, self.bounds, {}, self.schedule), self._loop)
         self._carry0 = plan.initial_carry()
         carry_shapes = jax.eval_shape(lambda c: c, self._carry0)
         extent = self.bounds[self._loop.dim.bound]
@@ -123,20 +128,20 @@ class JaxExecutable:
         return {n: Value(a, self._axes[n]) for n, a in arrays.items()}
 
     def _prologue(self, inputs):
-        ctx = _context(self.ir, self.bounds, inputs)
+        ctx = _context(self.ir, self.bounds, inputs, self.schedule)
         run_steps(ctx, self._pre)
         self._axes.update({n: v.axes for n, v in ctx.values.items()})
         return {n: v.array for n, v in ctx.values.items()}
 
     def _iterations(self, inputs, pre, carry, start, *, size: int):
         """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
-        ctx = _context(self.ir, self.bounds, inputs, self._values(pre))
+        ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
         plan = LoopPlan.make(ctx, self._loop)
         step = -1 if self._loop.reverse else 1
         return jax.lax.scan(plan.body, carry, start + step * jnp.arange(size))
 
     def _epilogue(self, inputs, pre, stacked):
-        ctx = _context(self.ir, self.bounds, inputs, self._values(pre))
+        ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
         LoopPlan.make(ctx, self._loop).store(stacked)
         run_steps(ctx, self._post)
         return _outputs(ctx)

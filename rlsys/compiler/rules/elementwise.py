@@ -30,6 +30,8 @@ ARITHMETIC = {
     "pow": jnp.power,
     "maximum": jnp.maximum,
     "minimum": jnp.minimum,
+    "floordiv": jnp.floor_divide,
+    "mod": jnp.mod,
 }
 COMPARISON = {
     "eq": jnp.equal,

@@ -88,6 +88,8 @@ def _gaussian_entropy(log_std):
 
 
 register("fold_in", _fold_in_infer, lambda key, data: jax.random.fold_in(key, data))
+register("permutation", _sample_infer("int32"),
+         lambda key, shape: jax.random.permutation(key, shape[0]).astype("int32"))  # fmt: skip
 register("uniform", _sample_infer("float32"),
          lambda key, shape: jax.random.uniform(key, shape))  # fmt: skip
 register("normal", _sample_infer("float32"), lambda key, shape: jax.random.normal(key, shape))

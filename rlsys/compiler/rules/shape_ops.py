@@ -14,7 +14,8 @@ from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, pr
 def _reshape_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     (x,) = types
     shape = tuple(params["shape"])
-    if math.prod(x.shape) != math.prod(shape):
+    symbolic = not all(isinstance(n, int) for n in (*x.shape, *shape))
+    if not symbolic and math.prod(x.shape) != math.prod(shape):  # symbolic: bounds unknown yet
         raise ShapeError(f"reshape: cannot reshape {x.shape} into {shape}")
     return TensorType(shape, x.dtype)
 

@@ -1,0 +1,1 @@
+"""RL algorithms written as recurrent-tensor programs, one readable file each."""

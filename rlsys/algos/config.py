@@ -1,0 +1,93 @@
+"""Configuration of each algorithm: one dataclass, a docstring per field, CLI names alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlsys.errors import UsageError
+
+ENV_BACKENDS = ("gymnax",)
+
+
+@dataclass
+class PPOConfig:
+    env: str = "gymnax:CartPole-v1"
+    """Environment as BACKEND:ID; gymnax environments run inside the compiled program."""
+    total_steps: int = 500_000
+    """Environment steps to train for (rounded down to whole iterations)."""
+    num_envs: int = 8
+    """Environments stepped in parallel (b)."""
+    num_steps: int = 128
+    """Steps per environment per iteration (t); a rollout is num_envs * num_steps steps."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate (at the first iteration when annealed)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the iterations."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """Lambda of generalized advantage estimation."""
+    num_minibatches: int = 4
+    """Minibatches per epoch; the rollout is split into this many shuffled parts."""
+    update_epochs: int = 4
+    """Passes over the rollout per iteration."""
+    norm_adv: bool = True
+    """Normalize advantages within each minibatch."""
+    clip_coef: float = 0.2
+    """Surrogate clipping coefficient (also clips the value update when clip_vloss)."""
+    clip_vloss: bool = True
+    """Clip the value-function update like the policy's."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Clip gradients to this global norm."""
+    hidden_size: int = 64
+    """Units per hidden layer of the actor and critic MLPs (tanh)."""
+    hidden_layers: int = 2
+    """Hidden layers of the actor and critic."""
+    seed: int = 0
+    """Seed of parameters, actions, environments and minibatch order."""
+    iterations_per_call: int = 10
+    """Iterations per jitted call (progress is reported between calls)."""
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_steps // self.batch_size
+
+    @property
+    def env_backend(self) -> str:
+        return self.env.split(":", 1)[0]
+
+    @property
+    def env_id(self) -> str:
+        return self.env.split(":", 1)[1]
+
+    def validate(self) -> PPOConfig:
+        if ":" not in self.env or self.env_backend not in ENV_BACKENDS:
+            raise UsageError(
+                f"--env {self.env!r}: expected BACKEND:ID with BACKEND one of "
+                f"{', '.join(ENV_BACKENDS)}",
+                hint="e.g. --env gymnax:CartPole-v1 (gymnasium host environments come later)",
+            )
+        if self.num_iterations < 1:
+            raise UsageError(
+                f"--total-steps {self.total_steps} is less than one iteration "
+                f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
+            )
+        if self.batch_size % self.num_minibatches:
+            raise UsageError(
+                f"--num-minibatches {self.num_minibatches} does not divide the rollout of "
+                f"{self.batch_size} steps",
+                hint="choose num-envs x num-steps divisible by num-minibatches",
+            )
+        for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs",
+                     "hidden_size", "hidden_layers", "iterations_per_call"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        return self
