@@ -23,7 +23,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run
-	$(BIN)/rlsys bench run raw_stepping --quick
+	$(BIN)/rlsys train ppo --env gymnax:CartPole-v1
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check rlsys tests benchmarks tools

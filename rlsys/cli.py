@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlsys import __version__
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.errors import UsageError
 
 EXIT_USAGE = 2
@@ -59,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rlsys {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     planned = {
-        "train": ("train a policy (PPO, A2C, REINFORCE, DQN) [not built yet]", "issue #5"),
         "profile": ("profile any RL script across the stack [not built yet]", "issue #3"),
         "sweep": ("find the best CPU/GPU ratio of the runtime [not built yet]", "a later issue"),
         "report": ("render or compare profiles [not built yet]", "issue #3"),
@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub = verbs.add_parser(verb, help=summary, description=summary)
         _add_common_options(sub)
         sub.set_defaults(run=_not_built(verb, issue))
+    from rlsys import train as train_cli
+
+    train = verbs.add_parser("train", help="train a policy", description=train_cli.DESCRIPTION)
+    _add_common_options(train)
+    train_cli.add_arguments(train)
+    train.set_defaults(run=train_cli.run)
     bench = verbs.add_parser(
         "bench", help="run benchmark cases side by side", description=bench_cli.DESCRIPTION
     )
@@ -89,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         if err.hint:
             print(f"hint: {err.hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecurrenceError as err:  # a program (or its environment) that cannot be built
+        print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -91,3 +91,20 @@ class PPOConfig:
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
         return self
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each dataclass field (used for --help)."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body
+    for node, following in itertools.pairwise(body):
+        is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
+            docs[node.target.id] = str(following.value.value)
+    return docs

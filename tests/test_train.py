@@ -1,0 +1,81 @@
+"""`rlsys train`: results folder, bad input, and PPO learning CartPole (the main job)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlsys.cli import main
+
+SMALL = ["--total-steps", "2048", "--num-envs", "4", "--num-steps", "32", "--quiet"]
+
+
+def test_train_writes_config_metrics_and_summary(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "ppo", *SMALL, "--out", str(out), "--seed", "3"]) == 0
+    assert "trained ppo on gymnax:CartPole-v1: 2,048 env steps" in capsys.readouterr().out
+    config = (out / "config.toml").read_text()
+    assert "seed = 3" in config and "num_envs = 4" in config
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert [int(r["iteration"]) for r in rows] == list(range(16))
+    assert int(rows[-1]["env_steps"]) == 2048
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] == 2048 and summary["iterations"] == 16
+
+
+def test_same_seed_same_metrics(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        assert main(["train", "ppo", *SMALL, "--out", str(tmp_path / name)]) == 0
+        rows = list(csv.DictReader((tmp_path / name / "metrics.csv").open()))
+        runs.append([(r["episode_return"], r["loss"]) for r in rows])
+    assert runs[0] == runs[1]
+
+
+def test_config_file_and_command_line(tmp_path: Path) -> None:
+    config = tmp_path / "ppo.toml"
+    config.write_text("num_envs = 2\nnum_steps = 16\ntotal_steps = 256\nanneal_lr = false\n")
+    out = tmp_path / "run"
+    assert main(["train", "ppo", "--config", str(config), "--num-steps", "32", "--quiet",
+                 "--out", str(out)]) == 0  # fmt: skip
+    written = (out / "config.toml").read_text()
+    assert "num_envs = 2" in written and "num_steps = 32" in written
+    assert "anneal_lr = false" in written
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "dqn-ish"], "unknown algorithm 'dqn-ish'"),
+        (["train", "ppo", "--env", "atari:Pong"], "expected BACKEND:ID"),
+        (["train", "ppo", "--env", "gymnax:NoSuchEnv-v0", *SMALL], "unknown gymnax environment"),
+        (["train", "ppo", "--num-envs", "abc"], "invalid int value: 'abc'"),
+        (["train", "ppo", "--total-steps", "10"], "less than one iteration"),
+        (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys) -> None:
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_bad_config_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("num_envz = 3\n")
+    assert main(["train", "ppo", "--config", str(config)]) == 2
+    assert "unknown options num_envz" in capsys.readouterr().err
+
+
+def test_ppo_solves_gymnax_cartpole(tmp_path: Path) -> None:
+    """The README's main job: PPO on gymnax CartPole reaches a mean return of 475."""
+    out = tmp_path / "run"
+    assert main(["train", "ppo", "--env", "gymnax:CartPole-v1", "--quiet", "--out", str(out)]) == 0
+    returns = [float(r["episode_return"]) for r in csv.DictReader((out / "metrics.csv").open())]
+    assert np.mean(returns[-10:]) >= 475
