@@ -138,7 +138,7 @@ class JaxExecutable:
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
         plan = LoopPlan.make(ctx, self._loop)
         step = -1 if self._loop.reverse else 1
-        return jax.lax.scan(plan.body, carry, start + step * jnp.arange(size))
+        return jax.lax.scan(plan.body, carry, plan.scan_inputs(start + step * jnp.arange(size)))
 
     def _epilogue(self, inputs, pre, stacked):
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
