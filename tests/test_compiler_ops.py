@@ -102,15 +102,12 @@ def test_op_agrees_between_backends(op: str) -> None:
     _DIMS["dims"] = prog.dims
     with prog:
         result = EXAMPLES[op]()
-        assert (
-            result.node.op == op
-            or any(prog.node(e.node).op == op for e in result.node.inputs)
-            or op in {n.op for n in prog.graph()}
-        ), f"the example of {op} does not use it"
+        assert op in {n.op for n in prog.graph()}, f"the example of {op} does not use it"
         prog.output("y", result)
     x = np.array([[0.3, -1.2, 0.8], [1.5, 0.1, -0.4]], "float32")
-    inputs = {"x": x} if "x" in prog.compile(bounds={"I": 2}, backend="ref").input_specs else {}
-    expected = prog.compile(bounds={"I": 2}, backend="ref").run(inputs)["y"]
+    reference = prog.compile(bounds={"I": 2}, backend="ref")
+    inputs = {"x": x} if "x" in reference.input_specs else {}
+    expected = reference.run(inputs)["y"]
     actual = prog.compile(bounds={"I": 2}, backend="jax").run(inputs)["y"]
     assert actual.dtype == expected.dtype
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
