@@ -52,6 +52,7 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
     [
         (["train", "dqn-ish"], "unknown algorithm 'dqn-ish'"),
         (["train", "ppo", "--env", "atari:Pong"], "expected BACKEND:ID"),
+        (["train", "ppo", "--env", "gymnasium:NoSuchEnv-v0", *SMALL], "NoSuchEnv"),
         (["train", "ppo", "--env", "gymnax:NoSuchEnv-v0", *SMALL], "unknown gymnax environment"),
         (["train", "ppo", "--num-envs", "abc"], "invalid int value: 'abc'"),
         (["train", "ppo", "--total-steps", "10"], "less than one iteration"),
@@ -79,3 +80,27 @@ def test_ppo_solves_gymnax_cartpole(tmp_path: Path) -> None:
     assert main(["train", "ppo", "--env", "gymnax:CartPole-v1", "--quiet", "--out", str(out)]) == 0
     returns = [float(r["episode_return"]) for r in csv.DictReader((out / "metrics.csv").open())]
     assert np.mean(returns[-10:]) >= 475
+
+
+def test_ppo_on_a_gymnasium_host_environment(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "gymnasium:CartPole-v1", *SMALL, "--out", str(out)]
+    assert main(argv) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 16
+    returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
+    assert returns and all(5 <= r <= 500 for r in returns)  # CartPole episodes, unclipped
+
+
+def test_host_environments_refuse_the_reference_backend() -> None:
+    import rlsys.rt as rt
+    from rlsys.envs import GymnasiumEnv
+
+    prog = rt.Program(dims=("b",))
+    with prog:
+        env = GymnasiumEnv("CartPole-v1", num_envs=2)
+        first = env.reset(rt.random.key(0).fold_in(prog.dims[0]))
+        prog.output("obs", first.obs)
+    with pytest.raises(rt.RecurrenceError, match="backend='jax' only"):
+        prog.compile(bounds={"B": 2}, backend="ref")
+    assert prog.compile(bounds={"B": 2}).run()["obs"].shape == (2, 4)

@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 from rlsys.errors import UsageError
 
-ENV_BACKENDS = ("gymnax",)
+ENV_BACKENDS = ("gymnax", "gymnasium")
 
 
 @dataclass
 class PPOConfig:
     env: str = "gymnax:CartPole-v1"
-    """Environment as BACKEND:ID; gymnax environments run inside the compiled program."""
+    """Environment as BACKEND:ID: gymnax (inside the compiled program) or gymnasium (on the
+    host, one vector env of num_envs)."""
     total_steps: int = 500_000
     """Environment steps to train for (rounded down to whole iterations)."""
     num_envs: int = 8
@@ -73,7 +74,7 @@ class PPOConfig:
             raise UsageError(
                 f"--env {self.env!r}: expected BACKEND:ID with BACKEND one of "
                 f"{', '.join(ENV_BACKENDS)}",
-                hint="e.g. --env gymnax:CartPole-v1 (gymnasium host environments come later)",
+                hint="e.g. --env gymnax:CartPole-v1 or --env gymnasium:CartPole-v1",
             )
         if self.num_iterations < 1:
             raise UsageError(

@@ -25,18 +25,18 @@ import numpy as np
 
 import rlsys.rt as rt
 from rlsys.algos.config import PPOConfig
-from rlsys.envs import GymnaxEnv
+from rlsys.envs import GymnasiumEnv, GymnaxEnv
 
 
 @dataclass
 class PPOProgram:
     program: rt.Program
     bounds: dict[str, int]
-    env: GymnaxEnv
+    env: GymnaxEnv | GymnasiumEnv
     config: PPOConfig
 
 
-def _networks(env: GymnaxEnv, cfg: PPOConfig):
+def _networks(env: GymnaxEnv | GymnasiumEnv, cfg: PPOConfig):
     obs_size = math.prod(env.obs_shape)
     outputs = env.num_actions if env.discrete else math.prod(env.action_shape)
     hidden = (cfg.hidden_size,) * cfg.hidden_layers
@@ -53,7 +53,7 @@ def _networks(env: GymnaxEnv, cfg: PPOConfig):
 class _Model:
     """Policy and value function of one parameter vector (actor | critic | log_std)."""
 
-    def __init__(self, env: GymnaxEnv, actor, critic, cuts) -> None:
+    def __init__(self, env: GymnaxEnv | GymnasiumEnv, actor, critic, cuts) -> None:
         self.env, self.actor, self.critic, self.cuts = env, actor, critic, cuts
 
     def features(self, obs):
@@ -74,8 +74,14 @@ class _Model:
         return out.reshape(out.shape[:-1])
 
 
+def make_env(cfg: PPOConfig) -> GymnaxEnv | GymnasiumEnv:
+    if cfg.env_backend == "gymnax":
+        return GymnaxEnv(cfg.env_id)
+    return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
+
+
 def build_ppo(cfg: PPOConfig) -> PPOProgram:
-    env = GymnaxEnv(cfg.env_id)
+    env = make_env(cfg)
     batch = cfg.num_envs * cfg.num_steps
     minibatch = batch // cfg.num_minibatches
     updates = cfg.update_epochs * cfg.num_minibatches
@@ -91,16 +97,18 @@ def build_ppo(cfg: PPOConfig) -> PPOProgram:
 
         # -- acting: episodes continue from one iteration to the next ------------------------
         key = rt.random.key(cfg.seed).fold_in(i).fold_in(b).fold_in(t)
-        state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")
         obs = rt.placeholder(shape=env.obs_shape, domain=(i, b, t), name="obs")
-        first = env.reset(rt.random.key(cfg.seed + 1).fold_in(b))
         policy = model.policy(params[i], obs)
         action = policy.sample(key)
-        step = env.step(key, state, action)
-        for tensor, start, following in (
-            (state, first.state, step.state),
-            (obs, first.obs, step.obs),
-        ):
+        first = env.reset(rt.random.key(cfg.seed + 1).fold_in(b))
+        if isinstance(env, GymnaxEnv):  # in-graph: the environment state is a tensor too
+            state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")
+            step = env.step(key, state, action)
+            chains = [(state, first.state, step.state), (obs, first.obs, step.obs)]
+        else:  # on the host: its state stays in the environment object
+            step = env.step(action)
+            chains = [(obs, first.obs, step.obs)]
+        for tensor, start, following in chains:
             tensor[0, b, 0] = start
             tensor[i + 1, b, 0] = following[i, b, T - 1]
             tensor[i, b, t + 1] = following

@@ -21,6 +21,7 @@ from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.passes.demand import check_demand
 from rlsys.compiler.pipeline import run_pipeline
 from rlsys.compiler.program import InputSpec, check_inputs
+from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import build_schedule
 
 BACKENDS = ("jax", "ref")
@@ -77,6 +78,12 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     bound_values = bind_bounds(graph, bounds)
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
+    host_ops = sorted({n.op for n in graph if RULES[n.op].host is not None})
+    if backend == "ref" and host_ops:
+        raise RecurrenceError(
+            f"host ops ({', '.join(host_ops)}) run with backend='jax' only: the reference "
+            "interpreter evaluates points one by one, a host environment steps all at once"
+        )
     if backend == "ref":  # the specification runs the program as written, without passes
         build_schedule(graph, needed_nodes(graph))  # for its errors: same as the jax backend
         return ReferenceExecutable(graph, bound_values, specs)

@@ -1,5 +1,6 @@
-"""Environment adapters: gymnax environments as ops inside a compiled program."""
+"""Environment adapters: gymnax (ops inside a compiled program), gymnasium (host ops)."""
 
+from rlsys.envs.gymnasium_env import GymnasiumEnv
 from rlsys.envs.gymnax_env import GymnaxEnv
 
-__all__ = ["GymnaxEnv"]
+__all__ = ["GymnasiumEnv", "GymnaxEnv"]

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import io_callback
 
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
@@ -177,11 +178,24 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     if node.op == "grad":
         return _grad_value(ctx, node)
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
+    if RULES[node.op].host is not None:
+        return _host_value(ctx, node, reads, vector_dims, params)
     if node.op == "index":
         array, present = reads[0]
         return Value(_broadcast_to_dims(ctx, array, present, vector_dims), vector_dims)
     fn = partial(RULES[node.op].point, **params)
     return Value(_vectorized(ctx, fn, reads, vector_dims), vector_dims)
+
+
+def _host_value(ctx: Context, node: Node, reads, vector_dims, params) -> Value:
+    """A host op: one ordered callback with the whole batch (calls keep program order)."""
+    arrays = [_broadcast_to_dims(ctx, a, present, vector_dims) for a, present in reads]
+    extents = tuple(ctx.extent(d) for d in vector_dims)
+    result = jax.ShapeDtypeStruct(extents + concrete_shape(node, ctx.bounds), node.dtype)
+    host = partial(RULES[node.op].host, **params)
+    value = io_callback(lambda *xs: np.asarray(host(*xs), node.dtype), result, *arrays,
+                        ordered=True)  # fmt: skip
+    return Value(value, vector_dims)
 
 
 def _vectorized(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):

@@ -29,16 +29,20 @@ Infer = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
 class OpRule:
     name: str
     infer: Infer
-    point: Callable[..., Any] | None  # None for structural ops
+    point: Callable[..., Any] | None  # None for structural and host ops
+    # A host op runs Python on the host, once for the whole batch of its vector dims (a
+    # gymnasium vector env steps all its envs in one call): host(*batched_inputs, **params).
+    host: Callable[..., Any] | None = None
 
 
 RULES: dict[str, OpRule] = {}
 
 
-def register(name: str, infer: Infer, point: Callable[..., Any] | None) -> None:
+def register(name: str, infer: Infer, point: Callable[..., Any] | None,
+             host: Callable[..., Any] | None = None) -> None:  # fmt: skip
     if name in RULES:
         raise ValueError(f"op {name!r} registered twice")
-    RULES[name] = OpRule(name, infer, point)
+    RULES[name] = OpRule(name, infer, point, host)
 
 
 def promote(dtypes: Sequence[str]) -> str:

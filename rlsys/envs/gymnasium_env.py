@@ -1,0 +1,110 @@
+"""gymnasium environments as host ops: the environment runs in Python, outside the jit.
+
+    env = GymnasiumEnv("CartPole-v1", num_envs=8, seed=0, batch_dim=b)
+    first = env.reset(program)                # .obs, domain (b,)
+    step = env.step(action)                   # .obs .reward .terminated .truncated .done
+                                              # .final_obs, one call for all b at a point
+A `SyncVectorEnv` of `num_envs` copies steps all environments of a point in one ordered host
+callback, so calls happen in program order (the acting scan over t). Finished episodes reset
+in the same step (`AutoresetMode.SAME_STEP`): `obs` then starts the next episode and
+`final_obs` is the last observation of the finished one, as with gymnax.
+
+The environment's state lives in the host object, not in the program: such a program runs
+with backend "jax" only, and re-running it continues the environments where they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.rules import TensorType
+from rlsys.compiler.rules.base import register
+from rlsys.compiler.tensor import RecurrentTensor
+from rlsys.envs.gymnax_env import _Packed
+
+
+def _packed_type(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    return TensorType((sum(n for _, n in params["layout"]),), "float32")
+
+
+def _host_reset(dummy, *, env: GymnasiumEnv, layout) -> np.ndarray:
+    return env.host_reset()
+
+
+def _host_step(action, *, env: GymnasiumEnv, layout) -> np.ndarray:
+    return env.host_step(np.asarray(action))
+
+
+register("gymnasium_reset", _packed_type, None, host=_host_reset)
+register("gymnasium_step", _packed_type, None, host=_host_step)
+
+
+class GymnasiumEnv:
+    """`num_envs` copies of gymnasium environment `env_id`, stepped together on the host."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int = 0) -> None:
+        import gymnasium as gym
+
+        try:
+            self.vector = gym.vector.SyncVectorEnv(
+                [lambda: gym.make(env_id) for _ in range(num_envs)],
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            )
+        except gym.error.Error as err:
+            raise RecurrenceError(f"gymnasium environment {env_id!r}: {err}") from None
+        self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
+        obs_space = self.vector.single_observation_space
+        action_space = self.vector.single_action_space
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise RecurrenceError(f"{env_id}: observations of type {type(obs_space).__name__} "
+                                  "are not supported (Box only)")  # fmt: skip
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.num_actions, self.action_shape = int(action_space.n), ()
+        elif isinstance(action_space, gym.spaces.Box):
+            self.num_actions, self.action_shape = None, tuple(action_space.shape)
+            self._low, self._high = action_space.low, action_space.high
+        else:
+            raise RecurrenceError(f"{env_id}: actions of type {type(action_space).__name__} "
+                                  "are not supported (Discrete or Box)")  # fmt: skip
+        self.obs_shape = tuple(obs_space.shape)
+        obs_size = math.prod(self.obs_shape)
+        self._reset_layout = (("obs", obs_size),)
+        self._step_layout = (("obs", obs_size), ("reward", 1), ("terminated", 1),
+                             ("truncated", 1), ("final_obs", obs_size))  # fmt: skip
+
+    @property
+    def discrete(self) -> bool:
+        return self.num_actions is not None
+
+    # -- on the host --------------------------------------------------------------------------
+    def host_reset(self) -> np.ndarray:
+        obs, _ = self.vector.reset(seed=self.seed)
+        return np.asarray(obs, "float32").reshape(self.num_envs, -1)
+
+    def host_step(self, action: np.ndarray) -> np.ndarray:
+        if not self.discrete:
+            action = np.clip(action, self._low, self._high)
+        obs, reward, terminated, truncated, info = self.vector.step(action)
+        obs = np.asarray(obs, "float32").reshape(self.num_envs, -1)
+        final = obs.copy()
+        for k in np.flatnonzero(info.get("_final_obs", np.zeros(self.num_envs, bool))):
+            final[k] = np.asarray(info["final_obs"][k], "float32").reshape(-1)
+        columns = [obs, reward[:, None], terminated[:, None], truncated[:, None], final]
+        return np.concatenate([np.asarray(c, "float32") for c in columns], axis=1)
+
+    # -- in the program -------------------------------------------------------------------------
+    def reset(self, anchor: RecurrentTensor) -> _Packed:
+        """The first observations; `anchor` is any tensor whose domain is the batch dim."""
+        packed = anchor.program.apply("gymnasium_reset", [anchor], env=self,
+                                      layout=self._reset_layout)  # fmt: skip
+        return _Packed(packed, self._reset_layout, self.obs_shape)
+
+    def step(self, action: RecurrentTensor) -> _Packed:
+        packed = action.program.apply("gymnasium_step", [action], env=self,
+                                      layout=self._step_layout)  # fmt: skip
+        return _Packed(packed, self._step_layout, self.obs_shape)
