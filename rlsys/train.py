@@ -14,28 +14,38 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from rlsys.algos.config import PPOConfig, field_docs
+from rlsys.algos import ALGORITHMS
+from rlsys.algos.config import field_docs
 from rlsys.errors import UsageError
 
-ALGORITHMS = {"ppo": PPOConfig}
 DESCRIPTION = (
-    "Train a policy with an algorithm written as a recurrent-tensor program. Available: "
-    + ", ".join(ALGORITHMS)
-    + ". Every field of the algorithm's configuration is an option; --config FILE.toml sets "
-    "several at once (options given on the command line win)."
+    "Train a policy with an algorithm written as a recurrent-tensor program. Every field of "
+    "the algorithm's configuration is an option (marked [ALGO only] when not all have it); "
+    "--config FILE.toml sets several at once (options given on the command line win)."
 )
 SKIP = {"seed"}  # already a common option of every verb
+
+
+def _all_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
+    """Every config field: (field, help text, the algorithms that have it)."""
+    merged: dict[str, tuple[dataclasses.Field, str, list[str]]] = {}
+    for name, (config, _) in ALGORITHMS.items():
+        docs = field_docs(config)
+        for field in dataclasses.fields(config):
+            if field.name in SKIP:
+                continue
+            known = merged.setdefault(field.name, (field, docs.get(field.name, ""), []))
+            known[2].append(name)
+    return merged
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("algo", metavar="ALGO", help=f"one of: {', '.join(ALGORITHMS)}")
     parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
-    docs = field_docs(PPOConfig)
-    for field in dataclasses.fields(PPOConfig):
-        if field.name in SKIP:
-            continue
-        flag = "--" + field.name.replace("_", "-")
-        help_text = f"{docs.get(field.name, '')} (default: {field.default})"
+    for name, (field, doc, algos) in _all_fields().items():
+        flag = "--" + name.replace("_", "-")
+        only = "" if len(algos) == len(ALGORITHMS) else f" [{', '.join(algos)} only]"
+        help_text = f"{doc}{only}"
         if field.type in (bool, "bool"):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)  # fmt: skip
@@ -45,34 +55,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)  # fmt: skip
 
 
-def config_from_args(args: argparse.Namespace) -> PPOConfig:
+def config_from_args(args: argparse.Namespace):
     if args.algo not in ALGORITHMS:
-        raise UsageError(
-            f"unknown algorithm {args.algo!r}", hint=f"choose one of: {', '.join(ALGORITHMS)}"
-        )
+        choices = ", ".join(ALGORITHMS)
+        raise UsageError(f"unknown algorithm {args.algo!r}", hint=f"choose one of: {choices}")
+    config_class = ALGORITHMS[args.algo][0]
+    own = {f.name for f in dataclasses.fields(config_class)}
     values: dict[str, Any] = {}
     if args.config is not None:
-        values.update(_read_toml(args.config))
-    for field in dataclasses.fields(PPOConfig):
-        given = getattr(args, field.name, None)
-        if given is not None:
-            values[field.name] = given
-    try:
-        return PPOConfig(**values).validate()
-    except TypeError as err:
-        raise UsageError(f"bad configuration: {err}") from None
+        values.update(_read_toml(args.config, own))
+    for name in _all_fields():
+        given = getattr(args, name, None)
+        if given is None:
+            continue
+        if name not in own:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} is not an option of {args.algo}",
+                             hint="see `rlsys train --help`")  # fmt: skip
+        values[name] = given
+    return config_class(**values).validate()
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, known: set[str]) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise UsageError(f"cannot read config {path}: {err}") from None
-    known = {f.name: f for f in dataclasses.fields(PPOConfig)}
-    unknown = sorted(set(data) - set(known))
+    unknown = sorted(set(data) - known)
     if unknown:
         raise UsageError(f"{path}: unknown options {', '.join(unknown)}",
-                         hint=f"known: {', '.join(known)}")  # fmt: skip
+                         hint=f"known: {', '.join(sorted(known))}")  # fmt: skip
     return data
 
 
@@ -96,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     write_toml(dataclasses.asdict(config), out / "config.toml")
     from rlsys.training import train
 
-    summary = train(config, out, quiet=args.quiet)
+    summary = train(args.algo, config, out, quiet=args.quiet)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "

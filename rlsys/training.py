@@ -10,18 +10,17 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 import rlsys
-from rlsys.algos.config import PPOConfig
+from rlsys.algos import ALGORITHMS
 
 COLUMNS = ["iteration", "env_steps", "episode_return", "episodes", "loss", "wall_seconds",
            "env_steps_per_second"]  # fmt: skip
 
 
-def train(config: PPOConfig, out: Path, quiet: bool = False) -> dict[str, Any]:
-    from rlsys.algos.ppo import build_ppo
-
+def train(algo: str, config: Any, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """Build, compile and run `algo` with `config`, writing metrics.csv into `out`."""
     started = time.perf_counter()
     with rlsys.phase("compile"):
-        built = build_ppo(config)
+        built = ALGORITHMS[algo][1](config)
         per_call = config.iterations_per_call
         executable = built.program.compile(bounds=built.bounds, iterations_per_call=per_call)
     compiled = time.perf_counter()

@@ -104,3 +104,24 @@ def test_host_environments_refuse_the_reference_backend() -> None:
     with pytest.raises(rt.RecurrenceError, match="backend='jax' only"):
         prog.compile(bounds={"B": 2}, backend="ref")
     assert prog.compile(bounds={"B": 2}).run()["obs"].shape == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("algo", "options"),
+    [
+        ("a2c", ["--total-steps", "100000"]),
+        ("reinforce", ["--returns", "mc", "--total-steps", "300000"]),
+        ("reinforce", ["--returns", "nstep", "--total-steps", "300000"]),
+    ],
+)
+def test_a2c_and_reinforce_learn_cartpole(algo, options, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["train", algo, *options, "--quiet", "--out", str(out)]) == 0
+    rows = [r for r in csv.DictReader((out / "metrics.csv").open()) if int(r["episodes"])]
+    first, last = rows[0]["episode_return"], rows[-1]["episode_return"]
+    assert float(first) < 50 and float(last) >= 150  # random play lasts ~20 steps
+
+
+def test_an_option_of_another_algorithm_is_refused(capsys) -> None:
+    assert main(["train", "a2c", "--num-minibatches", "2"]) == 2
+    assert "--num-minibatches is not an option of a2c" in capsys.readouterr().err

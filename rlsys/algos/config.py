@@ -10,7 +10,9 @@ ENV_BACKENDS = ("gymnax", "gymnasium")
 
 
 @dataclass
-class PPOConfig:
+class CommonConfig:
+    """Options every algorithm has."""
+
     env: str = "gymnax:CartPole-v1"
     """Environment as BACKEND:ID: gymnax (inside the compiled program) or gymnasium (on the
     host, one vector env of num_envs)."""
@@ -26,18 +28,6 @@ class PPOConfig:
     """Anneal the learning rate linearly to 0 over the iterations."""
     gamma: float = 0.99
     """Discount factor."""
-    gae_lambda: float = 0.95
-    """Lambda of generalized advantage estimation."""
-    num_minibatches: int = 4
-    """Minibatches per epoch; the rollout is split into this many shuffled parts."""
-    update_epochs: int = 4
-    """Passes over the rollout per iteration."""
-    norm_adv: bool = True
-    """Normalize advantages within each minibatch."""
-    clip_coef: float = 0.2
-    """Surrogate clipping coefficient (also clips the value update when clip_vloss)."""
-    clip_vloss: bool = True
-    """Clip the value-function update like the policy's."""
     ent_coef: float = 0.01
     """Weight of the entropy bonus."""
     vf_coef: float = 0.5
@@ -69,7 +59,7 @@ class PPOConfig:
     def env_id(self) -> str:
         return self.env.split(":", 1)[1]
 
-    def validate(self) -> PPOConfig:
+    def validate(self) -> CommonConfig:
         if ":" not in self.env or self.env_backend not in ENV_BACKENDS:
             raise UsageError(
                 f"--env {self.env!r}: expected BACKEND:ID with BACKEND one of "
@@ -81,16 +71,73 @@ class PPOConfig:
                 f"--total-steps {self.total_steps} is less than one iteration "
                 f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
             )
+        for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
+                     "iterations_per_call"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        return self
+
+
+@dataclass
+class PPOConfig(CommonConfig):
+    """PPO with CleanRL's ppo.py semantics."""
+
+    gae_lambda: float = 0.95
+    """Lambda of generalized advantage estimation."""
+    num_minibatches: int = 4
+    """Minibatches per epoch; the rollout is split into this many shuffled parts."""
+    update_epochs: int = 4
+    """Passes over the rollout per iteration."""
+    norm_adv: bool = True
+    """Normalize advantages within each minibatch."""
+    clip_coef: float = 0.2
+    """Surrogate clipping coefficient (also clips the value update when clip_vloss)."""
+    clip_vloss: bool = True
+    """Clip the value-function update like the policy's."""
+
+    def validate(self) -> PPOConfig:
+        super().validate()
+        if self.num_minibatches < 1 or self.update_epochs < 1:
+            raise UsageError("--num-minibatches and --update-epochs must be at least 1")
         if self.batch_size % self.num_minibatches:
             raise UsageError(
                 f"--num-minibatches {self.num_minibatches} does not divide the rollout of "
                 f"{self.batch_size} steps",
                 hint="choose num-envs x num-steps divisible by num-minibatches",
             )
-        for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs",
-                     "hidden_size", "hidden_layers", "iterations_per_call"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+        return self
+
+
+@dataclass
+class A2CConfig(CommonConfig):
+    """Advantage actor-critic: one gradient step on each (short) rollout."""
+
+    num_steps: int = 16
+    """Steps per environment per iteration (t)."""
+    learning_rate: float = 1e-3
+    """Adam learning rate (at the first iteration when annealed)."""
+    gae_lambda: float = 1.0
+    """Lambda of GAE (1.0: n-step returns over the rollout, bootstrapped by the critic)."""
+
+
+@dataclass
+class REINFORCEConfig(CommonConfig):
+    """REINFORCE with a learned value baseline."""
+
+    learning_rate: float = 1e-3
+    """Adam learning rate (at the first iteration when annealed)."""
+    returns: str = "mc"
+    """How returns are estimated: "mc" (Monte-Carlo, to the end of the rollout) or
+    "nstep" (n_step rewards, then the critic's value)."""
+    n_step: int = 8
+    """Rewards summed by n-step returns before bootstrapping."""
+
+    def validate(self) -> REINFORCEConfig:
+        super().validate()
+        if self.returns not in ("mc", "nstep"):
+            raise UsageError(f"--returns {self.returns!r}: choose mc or nstep")
+        if self.n_step < 1:
+            raise UsageError("--n-step must be at least 1")
         return self
 
 
@@ -101,11 +148,12 @@ def field_docs(cls: type) -> dict[str, str]:
     import itertools
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     docs: dict[str, str] = {}
-    body = tree.body[0].body
-    for node, following in itertools.pairwise(body):
-        is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
-            docs[node.target.id] = str(following.value.value)
+    for klass in reversed(cls.__mro__[:-1]):  # base classes first, subclasses override
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        body = tree.body[0].body
+        for node, following in itertools.pairwise(body):
+            is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_doc:
+                docs[node.target.id] = " ".join(str(following.value.value).split())
     return docs

@@ -1,0 +1,155 @@
+"""What the algorithms share: environments, the actor-critic model, acting, returns.
+
+Every algorithm here is one recurrent-tensor program over dimensions i (iteration),
+b (environment), t (step), plus its own (PPO adds u, the update step). Acting is the same for
+all: episodes continue across iterations,
+
+    obs[0, b, 0] = env.reset()
+    obs[i, b, t + 1] = step.obs
+    obs[i + 1, b, 0] = step.obs[i, b, T - 1]
+
+with step = env.step(policy(params[i], obs).sample(key[i, b, t])).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import rlsys.rt as rt
+from rlsys.envs import GymnasiumEnv, GymnaxEnv
+
+Env = GymnaxEnv | GymnasiumEnv
+
+
+@dataclass
+class AlgoProgram:
+    """A built algorithm: the program, its bounds, its environment and configuration.
+
+    Its outputs per iteration: loss, episode_return_sum, episodes (see `episode_returns`).
+    """
+
+    program: rt.Program
+    bounds: dict[str, int]
+    env: Env
+    config: Any
+
+
+def make_env(cfg) -> Env:
+    if cfg.env_backend == "gymnax":
+        return GymnaxEnv(cfg.env_id)
+    return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
+
+
+class ActorCritic:
+    """Policy and value MLPs (tanh) whose weights are slices of one parameter vector:
+    actor | critic | log_std (continuous actions only). `initial` is that vector at init."""
+
+    def __init__(self, env: Env, cfg) -> None:
+        self.env = env
+        obs_size = math.prod(env.obs_shape)
+        outputs = env.num_actions if env.discrete else math.prod(env.action_shape)
+        hidden = (cfg.hidden_size,) * cfg.hidden_layers
+        self.actor = rt.nn.MLP((obs_size, *hidden, outputs), output_gain=0.01, seed=cfg.seed,
+                               own_params=False)  # fmt: skip
+        self.critic = rt.nn.MLP((obs_size, *hidden, 1), output_gain=1.0, seed=cfg.seed + 1,
+                                own_params=False)  # fmt: skip
+        log_std = np.zeros(0 if env.discrete else outputs, "float32")
+        self.initial = np.concatenate([self.actor.initial, self.critic.initial, log_std])
+        sizes = [self.actor.initial.size, self.critic.initial.size, log_std.size]
+        self.cuts = [int(c) for c in np.cumsum(sizes)]
+
+    def features(self, obs):
+        """Observations as vectors (image-shaped observations are flattened)."""
+        if len(self.env.obs_shape) == 1:
+            return obs
+        lead = obs.shape[: len(obs.shape) - len(self.env.obs_shape)]
+        return obs.reshape(*lead, math.prod(self.env.obs_shape))
+
+    def policy(self, params, obs):
+        out = self.actor(self.features(obs), params.slice_axis(0, self.cuts[0]))
+        if self.env.discrete:
+            return rt.Categorical(out)
+        return rt.DiagGaussian(out, params.slice_axis(self.cuts[1], self.cuts[2]))
+
+    def value(self, params, obs):
+        out = self.critic(self.features(obs), params.slice_axis(self.cuts[0], self.cuts[1]))
+        return out.reshape(out.shape[:-1])
+
+
+@dataclass
+class Rollout:
+    obs: Any
+    action: Any
+    policy: Any
+    step: Any  # .reward .terminated .truncated .done .final_obs
+
+
+def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int) -> Rollout:
+    """The acting loop with parameters `params_i` (e.g. params[i])."""
+    i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
+    T = prog.bounds[-1]
+    key = rt.random.key(seed).fold_in(i).fold_in(b).fold_in(t)
+    obs = rt.placeholder(shape=env.obs_shape, domain=(i, b, t), name="obs")
+    policy = model.policy(params_i, obs)
+    action = policy.sample(key)
+    first = env.reset(rt.random.key(seed + 1).fold_in(b))
+    if isinstance(env, GymnaxEnv):  # in-graph: the environment state is a tensor too
+        state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")
+        step = env.step(key, state, action)
+        chains = [(state, first.state, step.state), (obs, first.obs, step.obs)]
+    else:  # on the host: its state stays in the environment object
+        step = env.step(action)
+        chains = [(obs, first.obs, step.obs)]
+    for tensor, start, following in chains:
+        tensor[0, b, 0] = start
+        tensor[i + 1, b, 0] = following[i, b, T - 1]
+        tensor[i, b, t + 1] = following
+    return Rollout(obs, action, policy, step)
+
+
+def gae(prog: rt.Program, rollout: Rollout, value, next_value, gamma: float, lam: float):
+    """Generalized advantage estimates; truncated episodes bootstrap from their final obs."""
+    i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
+    T = prog.bounds[-1]
+    step = rollout.step
+    delta = step.reward + gamma * next_value * (1.0 - step.terminated) - value
+    advantage = rt.placeholder(domain=(i, b, t), name="advantage")
+    advantage[i, b, T - 1] = delta[i, b, T - 1]
+    advantage[i, b, t] = delta + gamma * lam * (1.0 - step.done) * advantage[i, b, t + 1]
+    return advantage
+
+
+def episode_returns(prog: rt.Program, step) -> dict:
+    """Sum and count of the returns of episodes that ended in each iteration."""
+    i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
+    B, T = prog.bounds[-2], prog.bounds[-1]
+    running = rt.placeholder(domain=(i, b, t), name="episode_return")
+    total = running + step.reward
+    carried = total * (1.0 - step.done)
+    running[0, b, 0] = 0.0
+    running[i + 1, b, 0] = carried[i, b, T - 1]
+    running[i, b, t + 1] = carried
+    ended = (step.done * total)[i, 0:B, 0:T]
+    return {"sum": ended.sum(), "count": step.done[i, 0:B, 0:T].sum()}
+
+
+def output_episode_stats(prog: rt.Program, step) -> None:
+    episode = episode_returns(prog, step)
+    prog.output("episode_return_sum", episode["sum"])
+    prog.output("episodes", episode["count"])
+
+
+def clip_by_global_norm(grad, max_norm: float):
+    norm = (grad * grad).sum().sqrt()
+    return grad * (max_norm / rt.maximum(norm, max_norm))
+
+
+def annealed(cfg, i) -> Any:
+    """The learning rate at iteration i: linear to 0 when cfg.anneal_lr."""
+    return (
+        cfg.learning_rate * (1.0 - i / cfg.num_iterations) if cfg.anneal_lr else cfg.learning_rate
+    )

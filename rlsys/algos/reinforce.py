@@ -1,0 +1,82 @@
+"""REINFORCE (Williams 1992) with a learned value baseline; Monte-Carlo or n-step returns.
+
+    act:      as every algorithm here (common.act), with params[i]
+    returns:  "mc":    G[t] = r[t] + gamma (1 - done[t]) G[t + 1], to the rollout's end
+              "nstep": G_k[t] = r[t] + gamma * (done[t] ? (1 - terminated[t]) V(final_obs[t])
+                                                         : G_{k-1}[t + 1]),  G_0 = V(obs),
+                       k = n_step (the critic bootstraps after n rewards or at the end)
+    learn:    loss = -log_prob * (G - V) + vf_coef * 0.5 (V - G)^2 - ent_coef * entropy,
+              averaged over (b, t); one Adam step per iteration
+
+Switching the returns is the one argument `returns="mc" | "nstep"`.
+"""
+
+from __future__ import annotations
+
+import rlsys.rt as rt
+from rlsys.algos.common import (
+    ActorCritic,
+    AlgoProgram,
+    act,
+    annealed,
+    make_env,
+    output_episode_stats,
+)
+from rlsys.algos.config import REINFORCEConfig
+
+
+def _monte_carlo(prog, step, gamma: float):
+    i, b, t = prog.dims
+    T = prog.bounds[-1]
+    ret = rt.placeholder(domain=(i, b, t), name="return")
+    ret[i, b, T - 1] = step.reward[i, b, T - 1]
+    ret[i, b, t] = step.reward + gamma * (1.0 - step.done) * ret[i, b, t + 1]
+    return ret
+
+
+def _n_step(prog, step, value, next_value, gamma: float, n: int):
+    i, b, t = prog.dims
+    T = prog.bounds[-1]
+    at_end = (1.0 - step.terminated) * next_value  # what a finished or cut episode is worth
+    estimate = value
+    for k in range(1, n + 1):
+        following = rt.placeholder(domain=(i, b, t), name=f"return_{k}")
+        following[i, b, T - 1] = step.reward[i, b, T - 1] + gamma * at_end[i, b, T - 1]
+        following[i, b, t] = step.reward + gamma * rt.where(
+            step.done > 0.5, at_end, estimate[i, b, t + 1]
+        )
+        estimate = following
+    return estimate
+
+
+def build_reinforce(cfg: REINFORCEConfig) -> AlgoProgram:
+    env = make_env(cfg)
+    prog = rt.Program(dims=("i", "b", "t"))
+    i = prog.dims[0]
+    _, B, T = prog.bounds
+    with prog:
+        model = ActorCritic(env, cfg)
+        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
+        params[0] = rt.const(model.initial)
+        rollout = act(prog, env, model, params[i], cfg.seed)
+        value = model.value(params[i], rollout.obs)
+        if cfg.returns == "mc":
+            returns = _monte_carlo(prog, rollout.step, cfg.gamma)
+        else:
+            next_value = model.value(params[i], rollout.step.final_obs).stop_gradient()
+            returns = _n_step(prog, rollout.step, value.stop_gradient(), next_value, cfg.gamma,
+                              cfg.n_step)  # fmt: skip
+        returns = returns.stop_gradient()
+        per_step = (
+            -rollout.policy.log_prob(rollout.action) * (returns - value.stop_gradient())
+            + cfg.vf_coef * 0.5 * (value - returns) ** 2.0
+            - cfg.ent_coef * rollout.policy.entropy()
+        )
+        loss = per_step[i, 0:B, 0:T].mean()
+        optimizer = rt.optim.Adam(lr=lambda i: annealed(cfg, i), eps=1e-5,
+                                  max_grad_norm=cfg.max_grad_norm)  # fmt: skip
+        optimizer.minimize(loss, params)
+        prog.output("loss", loss)
+        output_episode_stats(prog, rollout.step)
+    bounds = {"I": cfg.num_iterations, "B": cfg.num_envs, "T": cfg.num_steps}
+    return AlgoProgram(prog, bounds, env, cfg)
