@@ -59,15 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlsys {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    from rlsys.profiler import cli as profiler_cli
+
+    profile = verbs.add_parser(
+        "profile",
+        help="profile any RL script across the stack",
+        description=profiler_cli.PROFILE_DESCRIPTION,
+    )
+    _add_common_options(profile)
+    profiler_cli.add_profile_arguments(profile)
+    profile.set_defaults(run=profiler_cli.run_profile)
     planned = {
-        "profile": ("profile any RL script across the stack [not built yet]", "issue #3"),
         "sweep": ("find the best CPU/GPU ratio of the runtime [not built yet]", "a later issue"),
-        "report": ("render or compare profiles [not built yet]", "issue #3"),
     }
     for verb, (summary, issue) in planned.items():
         sub = verbs.add_parser(verb, help=summary, description=summary)
         _add_common_options(sub)
         sub.set_defaults(run=_not_built(verb, issue))
+    report = verbs.add_parser(
+        "report", help="render or compare profiles", description=profiler_cli.REPORT_DESCRIPTION
+    )
+    _add_common_options(report)
+    profiler_cli.add_report_arguments(report)
+    report.set_defaults(run=profiler_cli.run_report)
     from rlsys import train as train_cli
 
     train = verbs.add_parser("train", help="train a policy", description=train_cli.DESCRIPTION)

@@ -1,0 +1,47 @@
+"""Bootstrap of `rlsys profile`: Python imports this at startup in the profiled command.
+
+`rlsys profile` runs its command with this directory first on PYTHONPATH and RLSYS_TRACE_DIR
+set, so every Python process of the command (the script and any child that inherits the
+environment: multiprocessing spawn/forkserver workers, subprocesses) imports this module
+before its own code. It
+
+1. runs the `sitecustomize` that this one shadows, if the interpreter has one;
+2. imports `rlsys.profiler.hooks`, which imports `rlsys.trace`, whose import starts recording
+   into RLSYS_TRACE_DIR (`<dir>/<pid>.jsonl`, closed at exit);
+3. installs the automatic operations (`hooks.install()`: import-triggered patches of
+   gymnasium, Stable-Baselines3 and torch; nothing of them is imported here).
+
+If the interpreter cannot import rlsys from its own path, the rlsys this file belongs to is
+appended to `sys.path`. Nothing here may stop the program: any failure prints one warning to
+stderr and the program runs unprofiled.
+"""
+
+
+def _bootstrap() -> None:
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    try:
+        shadowed = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+        if shadowed is not None and shadowed.loader is not None:
+            shadowed.loader.exec_module(importlib.util.module_from_spec(shadowed))
+    except Exception as err:
+        print(f"rlsys profile: the interpreter's own sitecustomize failed: {err!r}",
+              file=sys.stderr)  # fmt: skip
+    try:
+        try:
+            from rlsys.profiler import hooks
+        except ImportError:
+            sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+            from rlsys.profiler import hooks
+        hooks.install()
+    except Exception as err:
+        print(f"rlsys profile: not profiling this process ({err!r})", file=sys.stderr)
+
+
+_bootstrap()
+del _bootstrap

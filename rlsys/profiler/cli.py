@@ -1,0 +1,193 @@
+"""`rlsys profile -- COMMAND...` and `rlsys report DIR [DIR2]`: the profiler's command line.
+
+`rlsys profile [--out DIR] [--quiet] [--max-seconds S] -- python train.py ARGS...` runs the
+command (anything after `--`; a first word ending in `.py` runs with this Python) with
+recording on and automatic operations (`rlsys.profiler.hooks`), then writes into DIR
+(default runs/profile-<timestamp>):
+
+    trace/<pid>.jsonl   the raw recording, one file per Python process
+    summary.json        per-operation seconds per category and resource (schema:
+                        `rlsys.profiler.summary`)
+    trace.json          Chrome/Perfetto trace (open in ui.perfetto.dev)
+    breakdown.png       one stacked bar per operation, by category
+
+and prints the per-operation table. Its exit code is the command's (128+N if a signal N
+ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
+be started or the arguments are wrong.
+
+`rlsys report DIR` prints a profile's table again (and redraws its plot into --out, default
+DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation.
+
+This module may import only `rlsys.trace` of rlsys (the layering rule), so it reports usage
+errors itself, in the format of `rlsys.cli`: `error: ...` (and `hint: ...`), exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rlsys.profiler.launch import CommandError, child_environment, run_child
+from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
+
+EXIT_USAGE = 2
+
+PROFILE_DESCRIPTION = (
+    "Run any Python RL script under the profiler: `rlsys profile [options] -- python "
+    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3), policy inference "
+    "and backpropagation (PyTorch) are recorded as operations without editing the script; "
+    "the result folder holds summary.json, a Perfetto trace.json and breakdown.png."
+)
+REPORT_DESCRIPTION = (
+    "Print the table of a profile (`rlsys report DIR`) or compare two profiles operation by "
+    "operation (`rlsys report DIR1 DIR2`)."
+)
+
+
+class _UsageError(Exception):
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _fail(err: BaseException, hint: str | None = None) -> int:
+    print(f"error: {err}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, metavar="S",
+        help="stop the command (SIGINT) after S seconds and keep the partial profile",
+    )  # fmt: skip
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+        help="the command to profile, after `--` (e.g. `-- python train.py --seed 1`)",
+    )  # fmt: skip
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dirs", nargs="+", metavar="DIR",
+        help="a folder written by `rlsys profile`; two to compare them",
+    )  # fmt: skip
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    try:
+        return _profile(args)
+    except _UsageError as err:
+        return _fail(err, err.hint)
+    except CommandError as err:
+        return _fail(err)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        return _report(args)
+    except _UsageError as err:
+        return _fail(err, err.hint)
+    except SummaryError as err:
+        return _fail(err)
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise _UsageError(
+            "`rlsys profile` needs a command to run",
+            hint="e.g. `rlsys profile -- python train.py`",
+        )
+    if command[0].endswith(".py"):
+        command = [sys.executable, *command]
+    return command
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from rlsys.trace import Session
+
+    command = _command(args)
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        raise _UsageError(f"--max-seconds must be positive, not {args.max_seconds:g}")
+    out = args.out or Path("runs") / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
+    trace_dir = out / "trace"
+    if trace_dir.is_dir() and any(trace_dir.glob("*.jsonl")):
+        raise _UsageError(f"{out} already holds a profile", hint="pass a new --out DIR")
+    try:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _UsageError(f"cannot create {trace_dir}: {err.strerror or err}") from None
+
+    child = run_child(command, child_environment(trace_dir), args.max_seconds)
+    exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
+    try:
+        session = Session.load_dir(trace_dir)
+    except ValueError as err:  # TraceFormatError, or two files claiming one pid
+        print(f"error: no profile: {err}", file=sys.stderr)
+        print(
+            "hint: only Python processes that can import rlsys are recorded; is the command "
+            "a Python program run with an interpreter that has rlsys?",
+            file=sys.stderr,
+        )
+        return exit_code or EXIT_USAGE
+    return _write_profile(session, out, command, child, exit_code, args.quiet)
+
+
+def _write_profile(session, out: Path, command: list[str], child, exit_code: int,
+                   quiet: bool) -> int:  # fmt: skip
+    from rlsys.profiler.breakdown import ProfileError, breakdown
+    from rlsys.profiler.render import console, plot_breakdown, print_summary
+    from rlsys.trace import write_chrome_trace
+
+    write_chrome_trace(session, out / "trace.json")
+    try:
+        result = breakdown(session)
+    except ProfileError as err:
+        print(f"error: cannot attribute the recording in {out / 'trace'}: {err}", file=sys.stderr)
+        return exit_code or 1
+    summary = build_summary(
+        result,
+        command=command,
+        exit_code=child.exit_code,
+        stopped_by=child.stopped_by,
+        wall_seconds=child.wall_seconds,
+    )
+    write_summary(summary, out)
+    plot_breakdown(summary, out / "breakdown.png")
+    screen = console()
+    if not quiet:
+        print_summary(screen, summary)
+    partial = "" if summary["complete"] else " (partial)"
+    screen.print(f"profile{partial} in {out}: summary.json, trace.json, breakdown.png",
+                 markup=False, highlight=False)  # fmt: skip
+    return exit_code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rlsys.profiler.render import comparison_table, console, plot_breakdown, print_summary
+
+    if len(args.dirs) > 2:
+        raise _UsageError(
+            f"`rlsys report` takes one folder or two to compare, not {len(args.dirs)}",
+            hint="e.g. `rlsys report runs/profile-a runs/profile-b`",
+        )
+    summaries = [load_summary(d) for d in args.dirs]
+    screen = console()
+    if len(summaries) == 2:
+        names = (str(args.dirs[0]), str(args.dirs[1]))
+        screen.print(comparison_table(summaries[0], summaries[1], names))
+        return 0
+    (summary,) = summaries
+    print_summary(screen, summary)
+    out = args.out or Path(args.dirs[0])
+    out.mkdir(parents=True, exist_ok=True)
+    path = plot_breakdown(summary, out / "breakdown.png")
+    if not args.quiet:
+        screen.print(f"plot in {path}", markup=False, highlight=False)
+    return 0

@@ -1,0 +1,301 @@
+"""Automatic operations: annotate an unmodified RL script while it imports its libraries.
+
+`rlsys profile` starts its command with a `sitecustomize` (see `bootstrap/`) that calls
+`install()`. From then on these calls of the profiled program become operations, with no
+edit to its code (one table, `OPERATIONS`, names them all):
+
+    simulation       gymnasium `Env.step`/`reset` and `vector.VectorEnv.step`/`reset`, in
+                     every subclass (environments, wrappers, vector environments); the same
+                     for the old `gym` package; Stable-Baselines3 `VecEnv.step`/`step_wait`/
+                     `reset` in every subclass (DummyVecEnv, SubprocVecEnv, VecNormalize ...)
+    inference        the outermost `torch.nn.Module` call made while gradients are disabled
+                     (`torch.no_grad()`, `torch.inference_mode()`); calls of submodules inside
+                     it are part of it, never operations of their own
+    backpropagation  `torch.autograd.backward` (hence `Tensor.backward`), `torch.autograd.grad`
+                     and the `step` of every `torch.optim.Optimizer` subclass
+
+Only the outermost call of a kind is an operation: a wrapper's `step` that calls the wrapped
+environment's `step` (or a user's own `rlsys.operation("simulation")` around `env.step`) gives
+one "simulation", not three nested ones. Other kinds nest normally (an environment that runs
+a network inside `step` gives "inference" inside "simulation"). JAX programs get no automatic
+operations yet (a jitted policy has no call boundary to wrap that is not also the training
+step); they are profiled through their gymnasium calls and the user's own annotations.
+
+How patching is triggered, without importing anything: `install()` puts `_PostImportFinder`
+first on `sys.meta_path`. Python asks each meta-path finder in turn for the spec of every
+module being imported; ours answers only for the few names in `_PATCHES` (e.g.
+"gymnasium.core", "torch"), by asking the finders after it for the real spec and giving that
+spec's loader an `exec_module` that runs the module and then patches it. The module's spec,
+loader type, file and resources stay what they were, the patch runs exactly once, when the
+module's code has run and before its importer sees it, and a program that never imports torch
+never pays for torch. A module that is already imported when `install()` runs is patched at
+once.
+
+How a class is patched: `_wrap_subclasses(Env, ("step", "reset"), "simulation")` wraps those
+methods where they are defined (the base class and every subclass that exists), and adds an
+`__init_subclass__` to the base class (chained to the one it had) that wraps them in each
+subclass defined later, which is where environments and optimizers live. Patching only the
+base class would miss every environment, since each overrides `step`.
+
+Cost: a wrapped call nested in an operation of its kind pays a thread-local set lookup
+(about 0.5 us with the wrapper's own call); `Module.__call__` with gradients enabled pays one
+`torch.is_grad_enabled()` call; an outermost call pays for recording one operation (about
+10 to 15 us on a busy 2-core machine, mostly `rlsys.trace`'s event and its JSON line).
+
+Nothing here raises into the profiled program: a patch that fails prints one warning to
+stderr and leaves that library unpatched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import inspect
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+from rlsys.trace import active_recorder, operation
+
+SIMULATION = "simulation"
+INFERENCE = "inference"
+BACKPROPAGATION = "backpropagation"
+
+OPERATIONS: dict[str, str] = {
+    SIMULATION: "gymnasium (and gym) Env.step/reset and VectorEnv.step/reset in every "
+    "subclass; Stable-Baselines3 VecEnv.step/step_wait/reset in every subclass",
+    INFERENCE: "the outermost torch.nn.Module call made while gradients are disabled "
+    "(torch.no_grad, torch.inference_mode)",
+    BACKPROPAGATION: "torch.autograd.backward (Tensor.backward), torch.autograd.grad and "
+    "torch.optim.Optimizer.step in every subclass",
+}
+"""The automatic operations: name -> the calls that become that operation."""
+
+_MARK = "__rlsys_operation__"  # set on every function this module wrapped: never wrap twice
+
+
+class _OpenOperations(threading.local):
+    """Per thread: the automatic operations whose outermost call is running."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+
+_OPEN = _OpenOperations()
+
+
+def _user_opened(name: str) -> bool:
+    """Whether an annotation called `name` is open on this thread (e.g. the user's own)."""
+    recorder = active_recorder()
+    return recorder is None or any(s.name == name for s in recorder.thread_state().stack)
+
+
+def _call_as(name: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call `function` as operation `name`, unless one is open already (or none records).
+
+    The nested case, by far the most frequent, costs one thread-local set lookup.
+    """
+    names = _OPEN.names
+    if name in names or _user_opened(name):
+        return function(*args, **kwargs)
+    names.add(name)
+    try:
+        with operation(name):
+            return function(*args, **kwargs)
+    finally:
+        names.discard(name)
+
+
+def outermost(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function`, recorded as operation `name` unless an operation `name` is already open."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if name in _OPEN.names:  # the fast path, inlined
+            return function(*args, **kwargs)
+        return _call_as(name, function, *args, **kwargs)
+
+    setattr(wrapper, _MARK, name)
+    return wrapper
+
+
+def _all_subclasses(base: type) -> Iterator[type]:
+    seen: set[type] = set()
+    stack = [base]
+    while stack:
+        for cls in type.__subclasses__(stack.pop()):
+            if cls not in seen:
+                seen.add(cls)
+                stack.append(cls)
+                yield cls
+
+
+def _wrap_own_methods(cls: type, names: tuple[str, ...], name: str) -> None:
+    for method in names:
+        function = cls.__dict__.get(method)
+        if inspect.isfunction(function) and not hasattr(function, _MARK):
+            setattr(cls, method, outermost(name, function))
+
+
+def _wrap_subclasses(base: type, methods: tuple[str, ...], name: str) -> None:
+    """Wrap `methods` as operation `name` in `base`, its subclasses, and all later ones."""
+    marker = f"__rlsys_wraps_{name}__"
+    if marker in base.__dict__:
+        return
+    setattr(base, marker, methods)
+    for cls in (base, *_all_subclasses(base)):
+        _wrap_own_methods(cls, methods, name)
+    previous = base.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls: type, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__get__(None, cls)(**kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        _wrap_own_methods(cls, methods, name)
+
+    base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+
+
+# --- the patches, one per watched module ---------------------------------------------------
+
+
+def _patch_gymnasium_env(module: ModuleType) -> None:
+    _wrap_subclasses(module.Env, ("step", "reset"), SIMULATION)
+
+
+def _patch_gymnasium_vector_env(module: ModuleType) -> None:
+    _wrap_subclasses(module.VectorEnv, ("step", "reset"), SIMULATION)
+
+
+def _patch_sb3_vec_env(module: ModuleType) -> None:
+    _wrap_subclasses(module.VecEnv, ("step", "step_wait", "reset"), SIMULATION)
+
+
+def _patch_torch(torch: ModuleType) -> None:
+    module_class = torch.nn.Module
+    if not hasattr(module_class.__call__, _MARK):
+        module_class.__call__ = _inference_call(torch, module_class.__call__)
+    autograd = torch.autograd
+    for function in ("backward", "grad"):
+        current = getattr(autograd, function)
+        if not hasattr(current, _MARK):
+            setattr(autograd, function, outermost(BACKPROPAGATION, current))
+    _wrap_subclasses(torch.optim.Optimizer, ("step",), BACKPROPAGATION)
+
+
+def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[..., Any]:
+    """`Module.__call__`, recorded as inference when gradients are off and it is outermost."""
+    is_grad_enabled = torch.is_grad_enabled
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", lambda: False)
+
+    @functools.wraps(call)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Inside torch.compile's tracing, annotating would only cost graph breaks.
+        if is_grad_enabled() or INFERENCE in _OPEN.names or is_compiling():
+            return call(self, *args, **kwargs)
+        return _call_as(INFERENCE, call, self, *args, **kwargs)
+
+    setattr(__call__, _MARK, INFERENCE)
+    return __call__
+
+
+_PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "gymnasium.core": _patch_gymnasium_env,
+    "gymnasium.vector.vector_env": _patch_gymnasium_vector_env,
+    "gym.core": _patch_gymnasium_env,
+    "gym.vector.vector_env": _patch_gymnasium_vector_env,
+    "stable_baselines3.common.vec_env.base_vec_env": _patch_sb3_vec_env,
+    "torch": _patch_torch,
+}
+"""Watched module -> its patch, run right after the module's code (see the docstring)."""
+
+
+def _apply(name: str, module: ModuleType) -> None:
+    try:
+        _PATCHES[name](module)
+    except Exception as err:  # never break the profiled program over an annotation
+        print(
+            f"rlsys profile: no automatic operations for {name} ({type(err).__name__}: {err})",
+            file=sys.stderr,
+        )
+
+
+class _PostImportFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; makes the loaders of watched modules patch them once executed."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()  # names this thread is resolving (no recursion)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _PATCHES:
+            return None
+        busy: set[str] = self._local.__dict__.setdefault("busy", set())
+        if fullname in busy:
+            return None
+        busy.add(fullname)
+        try:
+            spec = self._real_spec(fullname, path, target)
+        finally:
+            busy.discard(fullname)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            _patch_after_exec(spec, fullname)
+        return spec
+
+    def _real_spec(self, fullname: str, path: Any, target: Any) -> Any:
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+def _patch_after_exec(spec: Any, name: str) -> None:
+    loader = spec.loader
+    original = loader.exec_module
+
+    def exec_module(module: ModuleType) -> None:
+        original(module)
+        with contextlib.suppress(AttributeError):
+            del loader.exec_module  # back to the class's method (e.g. for a reload)
+        _apply(name, module)
+
+    try:
+        loader.exec_module = exec_module  # an instance attribute: type and resources unchanged
+    except AttributeError:  # a loader with __slots__: wrap it instead
+        spec.loader = _PatchingLoader(loader, exec_module)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, exec_module: Callable[[ModuleType], None]) -> None:
+        self._loader = loader
+        self.exec_module = exec_module  # type: ignore[method-assign]
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+_FINDER = _PostImportFinder()
+
+
+def install() -> None:
+    """Add the automatic operations: watch future imports, patch what is already imported.
+
+    Idempotent; imports nothing. Operations are recorded only while a recorder is active
+    (`rlsys.trace.start_recording`, or RLSYS_TRACE_DIR as `rlsys profile` sets it).
+    """
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    for name in _PATCHES:
+        module = sys.modules.get(name)
+        if module is not None:
+            _apply(name, module)

@@ -1,0 +1,122 @@
+"""Run a command as a profiled child process: environment, signals, time limit, exit code.
+
+The child gets RLSYS_TRACE_DIR (every Python process of it records `<pid>.jsonl` there) and
+the bootstrap directory first on PYTHONPATH (its `sitecustomize` installs the automatic
+operations, `rlsys.profiler.hooks`). Both are inherited by the child's own children.
+
+Signals: SIGINT and SIGTERM sent to `rlsys profile` go to the child, which ends as it would
+on its own (Python raises KeyboardInterrupt, closes its trace at exit); the profile is then
+marked partial. Ctrl-C in a terminal already reaches the child, which shares our process
+group, so the first SIGINT is not forwarded when our process group is the terminal's
+foreground group; any later one is. `max_seconds`: SIGINT at the limit, SIGTERM `GRACE_S`
+later, SIGKILL `GRACE_S` after that (a killed process leaves its trace loadable, partial).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlsys.trace.annotate import TRACE_DIR_ENV
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+GRACE_S = 5.0
+POLL_S = 0.05
+
+
+class CommandError(RuntimeError):
+    """The command could not be started (one line: which command and why)."""
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    exit_code: int  # the child's code; 128+N when a signal N ended it
+    stopped_by: str | None  # None, "interrupt" or "max-seconds"
+    wall_seconds: float
+
+
+def child_environment(trace_dir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: os.environ) plus RLSYS_TRACE_DIR and the bootstrap on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env[TRACE_DIR_ENV] = str(trace_dir.resolve())
+    previous = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *([previous] if previous else [])])
+    return env
+
+
+def _terminal_sends_to_our_group() -> bool:
+    """Whether a terminal Ctrl-C reaches our whole process group (so the child got it too)."""
+    try:
+        fd = sys.stdin.fileno()
+        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | None) -> ChildRun:
+    """Run `command` to its end (see the module docstring for signals and the time limit)."""
+    started = time.monotonic()
+    try:
+        child = subprocess.Popen(command, env=dict(env))
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
+    state = {"stopped_by": None, "signals": 0}
+
+    def forward(signum: int, frame: object) -> None:
+        state["signals"] += 1
+        state["stopped_by"] = state["stopped_by"] or "interrupt"
+        first_ctrl_c = signum == signal.SIGINT and state["signals"] == 1
+        if first_ctrl_c and _terminal_sends_to_our_group():
+            return
+        _send(child, signum)
+
+    previous = _install(forward)
+    try:
+        escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+        next_at = started + max_seconds if max_seconds is not None else None
+        while True:
+            try:
+                returncode = child.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if next_at is not None and time.monotonic() >= next_at and escalation:
+                if state["stopped_by"] is None:
+                    state["stopped_by"] = "max-seconds"
+                _send(child, escalation.pop(0))
+                next_at = time.monotonic() + GRACE_S
+    finally:
+        _restore(previous)
+    return ChildRun(_exit_code(returncode), state["stopped_by"], time.monotonic() - started)
+
+
+def _send(child: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(OSError):  # already gone
+        child.send_signal(signum)
+
+
+def _install(handler) -> dict[int, object]:
+    previous: dict[int, object] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:  # not the main thread: signals stay as they are
+            break
+    return previous
+
+
+def _restore(previous: dict[int, object]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]

@@ -1,0 +1,195 @@
+"""Render profile summaries (`rlsys.profiler.summary`): console tables and a stacked-bar plot.
+
+Everything reads the JSON-ready summary dict, so `rlsys profile` and `rlsys report` print the
+same thing. rich and matplotlib are imported inside the functions that use them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+CATEGORY_COLORS = {
+    "python": "#4c72b0",
+    "simulator": "#55a868",
+    "backend": "#c44e52",
+    "cuda_api": "#8172b2",
+    "compile": "#ccb974",
+    "comm": "#64b5cd",
+    "wait": "#b0b0b0",
+    "overhead": "#8c613c",
+}
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich console; wide when not a terminal, so that logs keep tables whole."""
+    from rich.console import Console
+
+    out = Console(stderr=stderr)
+    if not out.is_terminal:
+        out = Console(stderr=stderr, width=160)
+    return out
+
+
+def _used_categories(summaries: list[dict[str, Any]]) -> list[str]:
+    """CPU categories with any time in any of `summaries`, in their canonical order."""
+    names: list[str] = []
+    for summary in summaries:
+        for name, seconds in summary["total"]["categories"].items():
+            if seconds > 0 and name not in names:
+                names.append(name)
+    order = list(CATEGORY_COLORS)
+    return sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+
+
+def status_line(summary: dict[str, Any]) -> str:
+    """ "complete" or "PARTIAL (why)", plus the exit code when it is not 0."""
+    if summary["complete"]:
+        text = "complete"
+    else:
+        reasons = []
+        if summary.get("stopped_by") == "max-seconds":
+            reasons.append("stopped at --max-seconds")
+        elif summary.get("stopped_by") == "interrupt":
+            reasons.append("interrupted")
+        if not summary.get("trace_complete", True):
+            reasons.append("a process did not close its trace")
+        text = f"PARTIAL profile ({', '.join(reasons) or 'incomplete'})"
+    code = summary.get("exit_code")
+    if code not in (0, None):
+        text += f"; the command exited with code {code}"
+    return text
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def summary_table(summary: dict[str, Any], title: str | None = None) -> Any:
+    """operation x (calls, seconds, % of total, seconds per CPU category, GPU seconds)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    categories = _used_categories([summary])
+    show_gpu = summary["total"]["gpu_seconds"] > 0
+    title = title or f"rlsys profile: {shlex.join(summary['command'])}"
+    caption = (
+        f"{status_line(summary)}; {summary['traced_seconds']:.3f} s traced (first to last "
+        f"recorded event) of the command's {summary['wall_seconds']:.3f} s wall time"
+    )
+    table = Table(title=escape(title), caption=escape(caption), caption_justify="left")
+    table.add_column("operation", no_wrap=True)
+    for header in ["calls", "seconds", "% of total", *(f"{c} s" for c in categories)]:
+        table.add_column(header, justify="right")
+    if show_gpu:
+        table.add_column("GPU s", justify="right")
+    rows = [*summary["operations"].items(), ("total", summary["total"])]
+    for i, (name, times) in enumerate(rows):
+        cells = [
+            escape(name),
+            str(times["calls"]),
+            _seconds(times["seconds"]),
+            f"{times['percent']:.1f}",
+            *(_seconds(times["categories"][c]) for c in categories),
+        ]
+        if show_gpu:
+            cells.append(_seconds(times["gpu_seconds"]))
+        last = i == len(rows) - 1
+        table.add_row(*cells, end_section=i == len(rows) - 2, style="bold" if last else None)
+    return table
+
+
+def processes_table(summary: dict[str, Any]) -> Any:
+    """One row per process (only worth printing when there are several)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table("pid", "parent", "command", "traced s", "busiest operations",
+                  title="processes")  # fmt: skip
+    for process in summary["processes"]:
+        ops = sorted(process["operations"].items(), key=lambda kv: -kv[1]["seconds"])
+        top = ", ".join(f"{name} {t['percent']:.0f}%" for name, t in ops[:3])
+        table.add_row(
+            str(process["pid"]),
+            str(process["parent_pid"]),
+            escape(process["command"] or ""),
+            _seconds(process["traced_seconds"]),
+            escape(top),
+        )
+    return table
+
+
+def comparison_table(left: dict[str, Any], right: dict[str, Any], names: tuple[str, str]) -> Any:
+    """Per-operation seconds of two profiles side by side, with the ratio right / left."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    a, b = names
+    caption = f"{a}: {status_line(left)}\n{b}: {status_line(right)}"
+    table = Table(title="rlsys report: per-operation seconds", caption=escape(caption),
+                  caption_justify="left")  # fmt: skip
+    table.add_column("operation", no_wrap=True)
+    for header in (f"{a} s", f"{a} %", f"{b} s", f"{b} %", f"{b} / {a}"):
+        table.add_column(escape(header), justify="right")
+    operations = list(dict.fromkeys([*left["operations"], *right["operations"]]))
+    rows = [(n, left["operations"].get(n), right["operations"].get(n)) for n in operations]
+    rows.append(("total", left["total"], right["total"]))
+    for i, (name, x, y) in enumerate(rows):
+        table.add_row(
+            escape(name),
+            _seconds(x["seconds"]) if x else "-",
+            f"{x['percent']:.1f}" if x else "-",
+            _seconds(y["seconds"]) if y else "-",
+            f"{y['percent']:.1f}" if y else "-",
+            _ratio(x, y),
+            end_section=i == len(rows) - 2,
+            style="bold" if i == len(rows) - 1 else None,
+        )
+    return table
+
+
+def _ratio(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
+    if not x or not y or x["seconds"] <= 0:
+        return "-"
+    return f"{y['seconds'] / x['seconds']:.2f}x"
+
+
+def plot_breakdown(summary: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """A stacked bar per operation: its thread seconds split by CPU category (PNG, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    operations = list(summary["operations"].items())
+    categories = _used_categories([summary]) or ["python"]
+    figure, axes = plt.subplots(figsize=(max(4.0, 1.3 * len(operations) + 2.5), 4.0))
+    try:
+        names = [name for name, _ in operations]
+        bottom = [0.0] * len(operations)
+        for category in categories:
+            heights = [times["categories"].get(category, 0.0) for _, times in operations]
+            axes.bar(names, heights, bottom=bottom, label=category,
+                     color=CATEGORY_COLORS.get(category))  # fmt: skip
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        axes.set_ylabel("thread seconds")
+        status = "" if summary["complete"] else " (partial)"
+        axes.set_title(f"time per operation by category{status}", fontsize=10)
+        axes.legend(fontsize=8)
+        axes.tick_params(axis="x", labelrotation=20, labelsize=8)
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def print_summary(screen: Any, summary: dict[str, Any]) -> None:
+    """The operation table, the process table when there are several, and the note."""
+    screen.print(summary_table(summary))
+    if len(summary["processes"]) > 1:
+        screen.print(processes_table(summary))
+    screen.print(summary["note"], style="dim", markup=False, highlight=False)

@@ -1,0 +1,194 @@
+"""`rlsys profile -- COMMAND` and `rlsys report DIR [DIR2]`, end to end on small scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsys.cli import main
+from rlsys.profiler import hooks
+from rlsys.profiler.summary import load_summary
+from rlsys.trace import Session
+
+RL_SCRIPT = """
+    import gymnasium as gym
+    import torch
+
+    torch.manual_seed(0)
+    env = gym.make("CartPole-v1")
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+    optimizer = torch.optim.SGD(policy.parameters(), lr=1e-3)
+    obs, _ = env.reset(seed=0)
+    for step in range(300):
+        with torch.no_grad():
+            action = int(policy(torch.as_tensor(obs)).argmax())
+        obs, reward, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            obs, _ = env.reset()
+        if step % 20 == 19:
+            loss = policy(torch.randn(64, 4)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+ANNOTATED_THEN = """
+    import sys
+    import rlsys
+    with rlsys.operation("work"):
+        pass
+"""
+
+
+def write_script(directory: Path, source: str, name: str = "script.py") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+@pytest.fixture(scope="module")
+def rl_profile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """One profile of the RL script, shared by the tests that only read it."""
+    tmp = tmp_path_factory.mktemp("rl")
+    script = write_script(tmp, RL_SCRIPT)
+    out = tmp / "profile"
+    code = main(["profile", "--out", str(out), "--", sys.executable, str(script)])
+    return out, code
+
+
+def test_profile_writes_summary_trace_and_plot(rl_profile, capsys) -> None:
+    out, code = rl_profile
+    assert code == 0
+    summary = load_summary(out)
+    assert summary["complete"] and summary["exit_code"] == 0
+    for name in hooks.OPERATIONS:
+        row = summary["operations"][name]
+        assert row["calls"] > 0 and row["seconds"] > 0
+        assert row["categories"]["python"] == pytest.approx(row["seconds"])
+    assert sum(r["seconds"] for r in summary["operations"].values()) == pytest.approx(
+        summary["total"]["seconds"]
+    )
+    assert summary["operations"]["simulation"]["calls"] >= 300
+    assert len(summary["processes"]) == 1
+    trace = json.loads((out / "trace.json").read_text())
+    assert {e["name"] for e in trace["traceEvents"]} >= set(hooks.OPERATIONS)
+    assert (out / "breakdown.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Session.load_dir(out / "trace").complete
+
+
+def test_report_reprints_the_table(rl_profile, tmp_path: Path, capsys) -> None:
+    out, _ = rl_profile
+    assert main(["report", str(out), "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    for name in (*hooks.OPERATIONS, "% of total", "complete", "Categories come only from"):
+        assert name in text
+    assert (tmp_path / "breakdown.png").is_file()
+
+
+def test_exit_code_passes_through_and_the_profile_is_still_written(tmp_path: Path) -> None:
+    script = write_script(tmp_path, ANNOTATED_THEN + "    sys.exit(3)\n")
+    assert main(["profile", "--quiet", "--out", str(tmp_path / "p"), "--", str(script)]) == 3
+    summary = load_summary(tmp_path / "p")
+    assert summary["exit_code"] == 3 and summary["complete"]  # a whole run that failed
+    assert list(summary["operations"]) == ["work"]  # the only event: it spans the trace
+
+
+def test_an_uncaught_exception_exits_1(tmp_path: Path, capfd) -> None:
+    script = write_script(tmp_path, ANNOTATED_THEN + "    raise ValueError('boom')\n")
+    assert main(["profile", "--out", str(tmp_path / "p"), "--", str(script)]) == 1
+    summary = load_summary(tmp_path / "p")
+    assert summary["exit_code"] == 1 and summary["complete"]
+    captured = capfd.readouterr()
+    assert "ValueError: boom" in captured.err
+    assert "the command exited with code 1" in captured.out
+
+
+LOOP_FOREVER = """
+    import time
+    import rlsys
+    print("ready", flush=True)
+    while True:
+        with rlsys.operation("work"):
+            time.sleep(0.005)
+"""
+
+
+def test_max_seconds_stops_the_command_and_keeps_a_partial_profile(tmp_path: Path, capsys) -> None:
+    script = write_script(tmp_path, LOOP_FOREVER)
+    out = tmp_path / "p"
+    started = time.monotonic()
+    code = main(["profile", "--max-seconds", "1", "--out", str(out), "--", str(script)])
+    assert code == 0  # stopping at the limit is what was asked for
+    assert time.monotonic() - started < 10
+    summary = load_summary(out)
+    assert summary["stopped_by"] == "max-seconds" and not summary["complete"]
+    assert summary["exit_code"] == 130  # the child ended on the forwarded SIGINT
+    assert summary["operations"]["work"]["calls"] > 0
+    Session.load_dir(out / "trace")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    assert "PARTIAL profile (stopped at --max-seconds)" in capsys.readouterr().out
+
+
+def test_sigint_is_forwarded_and_the_profile_is_partial(tmp_path: Path) -> None:
+    script = write_script(tmp_path, LOOP_FOREVER)
+    out = tmp_path / "p"
+    profiler = subprocess.Popen(
+        [sys.executable, "-m", "rlsys.cli", "profile", "--quiet", "--out", str(out), "--",
+         str(script)],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert profiler.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        os.kill(profiler.pid, signal.SIGINT)
+        profiler.communicate(timeout=60)
+    finally:
+        profiler.kill()
+    assert profiler.returncode == 130
+    summary = load_summary(out)
+    assert summary["stopped_by"] == "interrupt" and not summary["complete"]
+    assert summary["operations"]["work"]["calls"] > 0
+
+
+def test_report_compares_two_profiles(rl_profile, tmp_path: Path, capsys) -> None:
+    out, _ = rl_profile
+    other = tmp_path / "other"
+    script = write_script(tmp_path, ANNOTATED_THEN)
+    assert main(["profile", "--quiet", "--out", str(other), "--", str(script)]) == 0
+    capsys.readouterr()
+    assert main(["report", str(out), str(other)]) == 0
+    text = capsys.readouterr().out
+    assert "per-operation seconds" in text
+    for name in (*hooks.OPERATIONS, "work", "total"):
+        assert name in text
+    assert "x" in text.split("total")[-1]  # the ratio column of the total row
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "{tmp}/missing"],
+        ["report", "{tmp}"],
+        ["profile", "--out", "{tmp}/p", "--", "rlsys-no-such-command"],
+    ],
+    ids=["missing dir", "not a profile", "command not found"],
+)
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], tmp_path: Path, capsys) -> None:
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_profile_without_a_command_is_a_usage_error(capsys) -> None:
+    assert main(["profile", "--"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a command" in err and "hint:" in err
