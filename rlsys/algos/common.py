@@ -153,3 +153,28 @@ def annealed(cfg, i) -> Any:
     return (
         cfg.learning_rate * (1.0 - i / cfg.num_iterations) if cfg.anneal_lr else cfg.learning_rate
     )
+
+
+def on_policy_program(cfg, per_step_loss) -> AlgoProgram:
+    """An algorithm that takes one Adam step per iteration on its own rollout (A2C,
+    REINFORCE): `per_step_loss(prog, model, params_i, rollout, value)` gives the loss at
+    each (i, b, t); its mean over the rollout is minimized."""
+    env = make_env(cfg)
+    prog = rt.Program(dims=("i", "b", "t"))
+    i = prog.dims[0]
+    _, B, T = prog.bounds
+    with prog:
+        model = ActorCritic(env, cfg)
+        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
+        params[0] = rt.const(model.initial)
+        rollout = act(prog, env, model, params[i], cfg.seed)
+        value = model.value(params[i], rollout.obs)
+        per_step = per_step_loss(prog, model, params[i], rollout, value)
+        loss = per_step[i, 0:B, 0:T].mean()
+        optimizer = rt.optim.Adam(lr=lambda i: annealed(cfg, i), eps=1e-5,
+                                  max_grad_norm=cfg.max_grad_norm)  # fmt: skip
+        optimizer.minimize(loss, params)
+        prog.output("loss", loss)
+        output_episode_stats(prog, rollout.step)
+    bounds = {"I": cfg.num_iterations, "B": cfg.num_envs, "T": cfg.num_steps}
+    return AlgoProgram(prog, bounds, env, cfg)

@@ -14,14 +14,7 @@ Switching the returns is the one argument `returns="mc" | "nstep"`.
 from __future__ import annotations
 
 import rlsys.rt as rt
-from rlsys.algos.common import (
-    ActorCritic,
-    AlgoProgram,
-    act,
-    annealed,
-    make_env,
-    output_episode_stats,
-)
+from rlsys.algos.common import AlgoProgram, on_policy_program
 from rlsys.algos.config import REINFORCEConfig
 
 
@@ -50,33 +43,18 @@ def _n_step(prog, step, value, next_value, gamma: float, n: int):
 
 
 def build_reinforce(cfg: REINFORCEConfig) -> AlgoProgram:
-    env = make_env(cfg)
-    prog = rt.Program(dims=("i", "b", "t"))
-    i = prog.dims[0]
-    _, B, T = prog.bounds
-    with prog:
-        model = ActorCritic(env, cfg)
-        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
-        params[0] = rt.const(model.initial)
-        rollout = act(prog, env, model, params[i], cfg.seed)
-        value = model.value(params[i], rollout.obs)
+    def per_step_loss(prog, model, params_i, rollout, value):
         if cfg.returns == "mc":
             returns = _monte_carlo(prog, rollout.step, cfg.gamma)
         else:
-            next_value = model.value(params[i], rollout.step.final_obs).stop_gradient()
+            next_value = model.value(params_i, rollout.step.final_obs).stop_gradient()
             returns = _n_step(prog, rollout.step, value.stop_gradient(), next_value, cfg.gamma,
                               cfg.n_step)  # fmt: skip
         returns = returns.stop_gradient()
-        per_step = (
+        return (
             -rollout.policy.log_prob(rollout.action) * (returns - value.stop_gradient())
             + cfg.vf_coef * 0.5 * (value - returns) ** 2.0
             - cfg.ent_coef * rollout.policy.entropy()
         )
-        loss = per_step[i, 0:B, 0:T].mean()
-        optimizer = rt.optim.Adam(lr=lambda i: annealed(cfg, i), eps=1e-5,
-                                  max_grad_norm=cfg.max_grad_norm)  # fmt: skip
-        optimizer.minimize(loss, params)
-        prog.output("loss", loss)
-        output_episode_stats(prog, rollout.step)
-    bounds = {"I": cfg.num_iterations, "B": cfg.num_envs, "T": cfg.num_steps}
-    return AlgoProgram(prog, bounds, env, cfg)
+
+    return on_policy_program(cfg, per_step_loss)
