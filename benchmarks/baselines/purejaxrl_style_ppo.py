@@ -11,8 +11,9 @@ state, environment states, last observations, running episode returns, PRNG key)
 and training is a `lax.scan` of it over the iterations. No flax: the MLPs are lists of
 (weight, bias) with `jax.nn.initializers.orthogonal`.
 
-As in PureJaxRL (and CleanRL), `done` (terminated or truncated at 500 steps) stops both the
-bootstrap and the GAE recursion: truncated episodes are not bootstrapped. Episode returns are
+As in PureJaxRL (and CleanRL), `done` (terminated or truncated at 500 steps; gymnax 1.x
+reports them apart) stops both the bootstrap and the GAE recursion: truncated episodes are
+not bootstrapped. Episode returns are
 tracked like PureJaxRL's LogWrapper: a running return per environment, reported and zeroed
 when its episode ends (gymnax resets the environment inside `step`).
 
@@ -104,8 +105,10 @@ def make_functions(total_steps: int, hyper: Hyper = HYPER):
         action = jax.random.categorical(k_action, log_probs)
         log_prob = jnp.take_along_axis(log_probs, action[:, None], axis=1)[:, 0]
         keys = jax.random.split(k_env, hyper.num_envs)
-        next_obs, env_state, reward, done, _ = step(keys, env_state, action, env_params)
-        done = done.astype(jnp.float32)
+        next_obs, env_state, reward, terminated, truncated, _ = step(
+            keys, env_state, action, env_params
+        )
+        done = jnp.logical_or(terminated, truncated).astype(jnp.float32)
         running = running + reward
         transition = {
             "obs": obs, "action": action, "log_prob": log_prob, "value": value,

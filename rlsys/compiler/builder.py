@@ -154,10 +154,17 @@ class Program:
             nodes[node.id] = node
         return Graph(self.dims, nodes, tuple(self._outputs.items()))
 
-    def compile(self, bounds: Mapping[Bound, int], backend: str = "jax", **options: Any):
+    def compile(
+        self,
+        bounds: Mapping[Bound | str, int],
+        backend: str = "jax",
+        debug: bool = False,
+        iterations_per_call: int = 1,
+    ):
         """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
-        "ref" (the point-by-point reference interpreter). Options: `debug=True` verifies the
-        IR after every pass; `iterations_per_call=K` runs K iterations per jitted call."""
+        "ref" (the point-by-point reference interpreter). `debug=True` verifies the IR after
+        every pass; `iterations_per_call=K` runs K iterations per jitted call."""
         from rlsys.compiler.compile import compile_graph
 
-        return compile_graph(self.graph(), bounds, backend=backend, **options)
+        return compile_graph(self.graph(), bounds, backend=backend, debug=debug,
+                             iterations_per_call=iterations_per_call)  # fmt: skip

@@ -72,6 +72,17 @@ def _traced(build: Callable[[], Any]) -> Any:
         raise type(err)(str(err)) from None
 
 
+def _even_chunk(extent: int, wanted: int) -> int:
+    """A number of iterations per call near `wanted` that divides `extent`, when one is
+    within a factor 2: then one compiled function serves every call (a shorter last call
+    would be a second XLA compilation, as long as the first)."""
+    wanted = min(wanted, extent)
+    for size in range(wanted, max(1, wanted // 2) - 1, -1):
+        if extent % size == 0:
+            return size
+    return wanted
+
+
 class JaxExecutable:
     """A compiled program: `run(inputs, on_iteration=None)` returns outputs by name."""
 
@@ -110,6 +121,7 @@ class JaxExecutable:
         self._carry0 = plan.initial_carry()
         carry_shapes = jax.eval_shape(lambda c: c, self._carry0)
         extent = self.bounds[self._loop.dim.bound]
+        self.iterations_per_call = _even_chunk(extent, self.iterations_per_call)
         self._calls = {}  # iterations per call -> compiled function (a shorter last call)
         start = jax.ShapeDtypeStruct((), jnp.int32)
         shapes = (abstract, pre_shapes, carry_shapes, start)
