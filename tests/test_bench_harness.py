@@ -149,6 +149,8 @@ def test_run_alternates_processes_and_writes_json_and_markdown(
     assert first["returncode"] == 0 and first["error"] is None
     assert first["rate"] == 2000.0  # 1000 widgets in 0.5 s, as reported by the child
     assert first["metrics"] == {"answer": 42.0, "quick": 0.0, "seed": 7.0}
+    seeds = [r["metrics"]["seed"] for r in data["records"]]
+    assert seeds == [7.0, 7.0, 8.0, 8.0]  # repetition r runs with seed + r
     assert first["wall_s"] >= 0.3  # the child slept 0.3 s: wall time is the whole process
     assert first["peak_rss_bytes"] > 5 * MIB
     assert data["machine"]["cpu_count"] == os.cpu_count()

@@ -96,6 +96,8 @@ def run_case(
 ) -> CaseRun:
     """Run `systems` of `case` `reps` times each, alternating; skip unavailable ones.
 
+    Repetition r runs every system with seed `seed + r`: the systems of one repetition see
+    the same seed, and deterministic systems (seeded training) do not repeat one run.
     `on_record(record, done, total)` is called after each run (for progress output).
     """
     skipped = {}
@@ -109,7 +111,7 @@ def run_case(
     env = child_environment()
     for index, (rep, name) in enumerate(order):
         measured = run_measured(
-            child_command(case, name, quick=quick, seed=seed),
+            child_command(case, name, quick=quick, seed=seed + rep),
             timeout_s=timeout_s or case.timeout_s,
             env=env,
         )
