@@ -42,6 +42,8 @@ def _all_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("algo", metavar="ALGO", help=f"one of: {', '.join(ALGORITHMS)}")
     parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
+    parser.add_argument("--resume", type=Path, metavar="DIR",
+                        help="continue the run in DIR from its checkpoint.npz")  # fmt: skip
     for name, (field, doc, algos) in _all_fields().items():
         flag = "--" + name.replace("_", "-")
         only = "" if len(algos) == len(ALGORITHMS) else f" [{', '.join(algos)} only]"
@@ -96,19 +98,39 @@ def write_toml(values: dict[str, Any], path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _resumed_config(args: argparse.Namespace):
+    """The configuration of the run being resumed (options may not change)."""
+    given = [n for n in _all_fields() if getattr(args, n, None) is not None]
+    if given or args.config is not None:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given) or "--config"
+        raise UsageError(f"{flags}: a resumed run keeps its configuration",
+                         hint=f"edit {args.resume / 'config.toml'} or start a new run")  # fmt: skip
+    if not (args.resume / "config.toml").exists():
+        raise UsageError(f"{args.resume} holds no config.toml",
+                         hint="resume a folder written by `rlsys train`")  # fmt: skip
+    config_class = ALGORITHMS[args.algo][0]
+    own = {f.name for f in dataclasses.fields(config_class)}
+    return config_class(**_read_toml(args.resume / "config.toml", own)).validate()
+
+
 def run(args: argparse.Namespace) -> int:
     from rlsys.cli import default_out_dir
 
-    config = config_from_args(args)
-    config = dataclasses.replace(config, seed=args.seed)
-    out = args.out or default_out_dir("train")
+    if args.algo not in ALGORITHMS:
+        config_from_args(args)  # raises the unknown-algorithm error
+    if args.resume is not None:
+        config, out = _resumed_config(args), args.resume
+    else:
+        config = dataclasses.replace(config_from_args(args), seed=args.seed)
+        out = args.out or default_out_dir("train")
     if (out / "summary.json").exists():
         raise UsageError(f"{out} already holds a finished run", hint="pass a new --out DIR")
     out.mkdir(parents=True, exist_ok=True)
-    write_toml(dataclasses.asdict(config), out / "config.toml")
+    if args.resume is None:
+        write_toml(dataclasses.asdict(config), out / "config.toml")
     from rlsys.training import train
 
-    summary = train(args.algo, config, out, quiet=args.quiet)
+    summary = train(args.algo, config, out, quiet=args.quiet, resume=args.resume is not None)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "

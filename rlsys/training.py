@@ -1,56 +1,116 @@
-"""The training loop around a compiled algorithm: progress, metrics.csv, summary."""
+"""The training loop around a compiled algorithm: progress, metrics.csv, checkpoints.
+
+A checkpoint (`checkpoint.npz`, NumPy's format, loaded without pickle) holds what the
+iteration loop carries from one iteration to the next (parameters, optimizer moments, the
+state of in-graph environments, episode trackers) and the number of iterations done. Keys are
+derived from the seed and the iteration inside the program, so resuming an in-graph run
+gives the metrics an uninterrupted run would have. A host (gymnasium) environment's state
+lives outside the program: a resumed run starts those environments afresh.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 import rlsys
 from rlsys.algos import ALGORITHMS
+from rlsys.compiler.lower.jax_program import LoopState
+from rlsys.errors import UsageError
 
 COLUMNS = ["iteration", "env_steps", "episode_return", "episodes", "loss", "wall_seconds",
            "env_steps_per_second"]  # fmt: skip
+CHECKPOINT = "checkpoint.npz"
+FORMAT = "rlsys-checkpoint"
 
 
-def train(algo: str, config: Any, out: Path, quiet: bool = False) -> dict[str, Any]:
-    """Build, compile and run `algo` with `config`, writing metrics.csv into `out`."""
+def save_checkpoint(path: Path, algo: str, state: LoopState) -> None:
+    meta = json.dumps({"format": FORMAT, "version": 1, "algo": algo, "iterations": state.done})
+    arrays = {f"carry_{k}": v for k, v in state.carry.items()}
+    temporary = path.with_name(path.name + ".tmp.npz")
+    np.savez(temporary, meta=np.array(meta), **arrays)
+    os.replace(temporary, path)  # a crash mid-write leaves the previous checkpoint whole
+
+
+def load_checkpoint(path: Path, algo: str) -> LoopState:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            carry = {k.removeprefix("carry_"): data[k] for k in data.files if k != "meta"}
+    except (OSError, ValueError, KeyError) as err:
+        hint = "resume from a folder written by `rlsys train`"
+        raise UsageError(f"cannot read checkpoint {path}: {err}", hint=hint) from None
+    if meta.get("format") != FORMAT or meta.get("algo") != algo:
+        raise UsageError(f"{path} is not a checkpoint of {algo} (it says {meta.get('algo')!r})")
+    return LoopState(int(meta["iterations"]), carry)
+
+
+def _kept_rows(path: Path, before: int) -> list[list[str]]:
+    """The metrics rows of the iterations a resumed run does not repeat."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))[1:]
+    return [row for row in rows if row and int(row[0]) < before]
+
+
+def train(algo: str, config: Any, out: Path, quiet: bool = False,
+          resume: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Build, compile and run `algo` with `config`, writing metrics.csv and checkpoints
+    into `out`; with `resume`, continue from `out/checkpoint.npz`."""
     started = time.perf_counter()
+    state = load_checkpoint(out / CHECKPOINT, algo) if resume else None
     with rlsys.phase("compile"):
         built = ALGORITHMS[algo][1](config)
         per_call = config.iterations_per_call
         executable = built.program.compile(bounds=built.bounds, iterations_per_call=per_call)
     compiled = time.perf_counter()
     total = config.num_iterations * config.batch_size
+    first = state.done if state else 0
+    rows = _kept_rows(out / "metrics.csv", first)
     last_return = [float("nan")]
     with (out / "metrics.csv").open("w", newline="") as handle, _progress(quiet) as progress:
         writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
+        writer.writerows([COLUMNS, *rows])
         task = progress.add_task("train", total=total, sps=0.0, ret=float("nan"))
 
         def on_iteration(i: int, outputs: dict) -> None:
             steps = (i + 1) * config.batch_size
             elapsed = time.perf_counter() - compiled
             episodes = float(outputs["episodes"])
-            if episodes:
-                last_return[0] = float(outputs["episode_return_sum"]) / episodes
-            writer.writerow([i, steps, last_return[0], int(episodes), float(outputs["loss"]),
-                             round(elapsed, 4), round(steps / elapsed, 1)])  # fmt: skip
-            progress.update(task, completed=steps, sps=steps / elapsed, ret=last_return[0])
+            mean = float(outputs["episode_return_sum"]) / episodes if episodes else ""
+            last_return[0] = mean if episodes else last_return[0]
+            rate = (steps - first * config.batch_size) / elapsed
+            writer.writerow([i, steps, mean, int(episodes), float(outputs["loss"]),
+                             round(elapsed, 4), round(rate, 1)])  # fmt: skip
+            progress.update(task, completed=steps, sps=rate, ret=last_return[0])
             rlsys.progress(steps, total)
 
+        def on_call(loop: LoopState) -> None:
+            every = config.checkpoint_every
+            finished = loop.done == config.num_iterations
+            if finished or (every and loop.done // every > (loop.done - per_call) // every):
+                handle.flush()
+                save_checkpoint(out / CHECKPOINT, algo, loop)
+
         with rlsys.phase("train"):
-            executable.run(on_iteration=on_iteration)
+            executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
     finished = time.perf_counter()
+    steps_run = total - first * config.batch_size
     return {
         "env_steps": total,
         "iterations": config.num_iterations,
+        "resumed_at_iteration": first,
         "compile_seconds": round(compiled - started, 3),
         "train_seconds": round(finished - compiled, 3),
-        "env_steps_per_second": round(total / (finished - compiled), 1),
+        "env_steps_per_second": round(steps_run / max(finished - compiled, 1e-9), 1),
         "final_episode_return": last_return[0],
     }
 

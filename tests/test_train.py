@@ -78,7 +78,8 @@ def test_ppo_solves_gymnax_cartpole(tmp_path: Path) -> None:
     """The README's main job: PPO on gymnax CartPole reaches a mean return of 475."""
     out = tmp_path / "run"
     assert main(["train", "ppo", "--env", "gymnax:CartPole-v1", "--quiet", "--out", str(out)]) == 0
-    returns = [float(r["episode_return"]) for r in csv.DictReader((out / "metrics.csv").open())]
+    rows = csv.DictReader((out / "metrics.csv").open())
+    returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
     assert np.mean(returns[-10:]) >= 475
 
 
@@ -89,7 +90,7 @@ def test_ppo_on_a_gymnasium_host_environment(tmp_path: Path) -> None:
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert len(rows) == 16
     returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
-    assert returns and all(5 <= r <= 500 for r in returns)  # CartPole episodes, unclipped
+    assert returns and all(5 <= r <= 500 for r in returns)  # CartPole episode lengths
 
 
 def test_host_environments_refuse_the_reference_backend() -> None:
@@ -125,3 +126,44 @@ def test_a2c_and_reinforce_learn_cartpole(algo, options, tmp_path: Path) -> None
 def test_an_option_of_another_algorithm_is_refused(capsys) -> None:
     assert main(["train", "a2c", "--num-minibatches", "2"]) == 2
     assert "--num-minibatches is not an option of a2c" in capsys.readouterr().err
+
+
+def _learning_columns(path: Path) -> list[tuple[str, ...]]:
+    rows = csv.DictReader(path.open())
+    return [(r["iteration"], r["episode_return"], r["episodes"], r["loss"]) for r in rows]
+
+
+def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, capsys) -> None:
+    options = ["--total-steps", "4096", "--num-envs", "4", "--num-steps", "32",
+               "--iterations-per-call", "4", "--checkpoint-every", "8", "--quiet"]  # fmt: skip
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["train", "ppo", *options, "--out", str(whole)]) == 0
+    # Interrupt a second run after its first checkpoint (iteration 8 of 32).
+    from rlsys import training
+
+    saved = training.save_checkpoint
+
+    def stop_after_first(path, algo, state):
+        saved(path, algo, state)
+        raise KeyboardInterrupt
+
+    training.save_checkpoint = stop_after_first
+    try:
+        assert main(["train", "ppo", *options, "--out", str(part)]) == 130
+    finally:
+        training.save_checkpoint = saved
+    assert not (part / "summary.json").exists()
+    assert main(["train", "ppo", "--resume", str(part), "--quiet"]) == 0
+    assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
+    assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
+
+
+def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["train", "ppo", "--resume", str(tmp_path)]) == 2
+    assert "holds no config.toml" in capsys.readouterr().err
+    (tmp_path / "config.toml").write_text("num_envs = 4\n")
+    (tmp_path / "checkpoint.npz").write_bytes(b"not a zip file")
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--quiet"]) == 2
+    assert "cannot read checkpoint" in capsys.readouterr().err
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--num-envs", "2"]) == 2
+    assert "a resumed run keeps its configuration" in capsys.readouterr().err

@@ -42,6 +42,9 @@ class CommonConfig:
     """Seed of parameters, actions, environments and minibatch order."""
     iterations_per_call: int = 10
     """Iterations per jitted call (progress is reported between calls)."""
+    checkpoint_every: int = 50
+    """Save checkpoint.npz every this many iterations (at the next call's end) and at the
+    end; 0: only at the end."""
 
     @property
     def batch_size(self) -> int:
@@ -71,6 +74,8 @@ class CommonConfig:
                 f"--total-steps {self.total_steps} is less than one iteration "
                 f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
             )
+        if self.checkpoint_every < 0:
+            raise UsageError("--checkpoint-every must be 0 or more")
         for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
                      "iterations_per_call"):  # fmt: skip
             if getattr(self, name) < 1:

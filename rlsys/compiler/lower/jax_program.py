@@ -18,6 +18,7 @@ function. Everything is traced and compiled by the constructor, so a bad program
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -35,6 +36,14 @@ from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
 
 IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Where a host loop is: iterations done, and what it carries to the next (by node id)."""
+
+    done: int
+    carry: dict[str, np.ndarray]
 
 
 def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]]:
@@ -159,16 +168,30 @@ class JaxExecutable:
         return _outputs(ctx)
 
     # -- running ----------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, Any] | None = None,
-            on_iteration: IterationCallback | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-        """Run the program. With a host loop, `on_iteration(i, outputs_at_i)` is called after
-        each iteration; returning True stops the run early (outputs then cover the
-        iterations done, along the iteration dimension)."""
+    def run(
+        self,
+        inputs: Mapping[str, Any] | None = None,
+        on_iteration: IterationCallback | None = None,
+        on_call: Callable[[LoopState], None] | None = None,
+        resume: LoopState | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run the program. With a host loop:
+        - `on_iteration(i, outputs_at_i)` is called after each iteration; returning True
+          stops the run early (outputs then cover the iterations done);
+        - `on_call(state)` gets the loop state after each jitted call (for checkpoints);
+        - `resume=state` continues from such a state: the same program and inputs then give
+          the same values as an uninterrupted run. Outputs cover the iterations run.
+        """
         arrays = check_inputs(self.input_specs, inputs or {})
         if not self.host_loop:
+            if resume is not None or on_call is not None:
+                raise RecurrenceError("this program has no iteration loop to resume or checkpoint")
             return {k: np.asarray(v) for k, v in self._compiled(arrays).items()}
         pre = self._prologue_fn(arrays)
-        carry, kept, done = self._carry0, [], 0
+        carry, done = self._carry0, 0
+        if resume is not None:
+            carry, done = self._resumed_carry(resume), resume.done
+        kept, started = [], done
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:
             size = min(self.iterations_per_call, extent - done)
@@ -176,15 +199,28 @@ class JaxExecutable:
             carry, values = self._calls[size](arrays, pre, carry, jnp.int32(start))
             kept.append(values)
             done += size
-            if on_iteration is not None and self._report(values, start, size, on_iteration):
+            stop = on_iteration is not None and self._report(values, start, size, on_iteration)
+            if on_call is not None:  # after the iterations were reported: a checkpoint's
+                on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
+            if stop:
                 break
-        stacked = {m: jnp.concatenate([k[m] for k in kept]) for m in kept[0]}
-        if done < extent:  # stopped early: only what each iteration computed
+        stacked = {m: jnp.concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
+        if done < extent or started > 0:  # a part of the loop: what each iteration computed
             outputs = self.iteration_outputs.items()
-            return {name: np.asarray(stacked[node]) for name, node in outputs}
+            return {name: np.asarray(stacked[node]) for name, node in outputs if stacked}
         if self._loop.reverse:
             stacked = {m: jnp.flip(a, axis=0) for m, a in stacked.items()}
         return {k: np.asarray(v) for k, v in self._epilogue_fn(arrays, pre, stacked).items()}
+
+    def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
+        expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry0.items()}
+        given = {k: (np.shape(v), str(np.asarray(v).dtype)) for k, v in state.carry.items()}
+        if given != expected or not 0 <= state.done <= self.bounds[self._loop.dim.bound]:
+            raise RecurrenceError(
+                "the saved loop state does not match this program (different algorithm, "
+                "configuration or rlsys version); start a new run instead of resuming"
+            )
+        return {int(k): jnp.asarray(v) for k, v in state.carry.items()}
 
     def _report(self, values, start: int, size: int, on_iteration: IterationCallback) -> bool:
         host = {name: np.asarray(values[node]) for name, node in self.iteration_outputs.items()}
