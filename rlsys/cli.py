@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_options(train)
     train_cli.add_arguments(train)
     train.set_defaults(run=train_cli.run)
+    from rlsys import evaluate as eval_cli
+
+    evaluate = verbs.add_parser("eval", help="run a trained policy",
+                                description=eval_cli.DESCRIPTION)  # fmt: skip
+    _add_common_options(evaluate)
+    eval_cli.add_arguments(evaluate)
+    evaluate.set_defaults(run=eval_cli.run)
     bench = verbs.add_parser(
         "bench", help="run benchmark cases side by side", description=bench_cli.DESCRIPTION
     )

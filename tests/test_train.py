@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -115,12 +116,17 @@ def test_host_environments_refuse_the_reference_backend() -> None:
         ("reinforce", ["--returns", "nstep", "--total-steps", "300000"]),
     ],
 )
-def test_a2c_and_reinforce_learn_cartpole(algo, options, tmp_path: Path) -> None:
+def test_a2c_and_reinforce_learn_cartpole(algo, options, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     assert main(["train", algo, *options, "--quiet", "--out", str(out)]) == 0
     rows = [r for r in csv.DictReader((out / "metrics.csv").open()) if int(r["episodes"])]
     first, last = rows[0]["episode_return"], rows[-1]["episode_return"]
     assert float(first) < 50 and float(last) >= 150  # random play lasts ~20 steps
+    capsys.readouterr()
+    assert main(["eval", str(out), "--episodes", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"mean return (\d+\.\d) ± [\d.]+ over 4 episodes", printed)
+    assert float(re.search(r"mean return (\d+\.\d)", printed).group(1)) >= 150
 
 
 def test_an_option_of_another_algorithm_is_refused(capsys) -> None:
@@ -167,3 +173,8 @@ def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "cannot read checkpoint" in capsys.readouterr().err
     assert main(["train", "ppo", "--resume", str(tmp_path), "--num-envs", "2"]) == 2
     assert "a resumed run keeps its configuration" in capsys.readouterr().err
+
+
+def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "holds no checkpoint.npz" in capsys.readouterr().err

@@ -88,14 +88,16 @@ class Rollout:
     step: Any  # .reward .terminated .truncated .done .final_obs
 
 
-def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int) -> Rollout:
-    """The acting loop with parameters `params_i` (e.g. params[i])."""
+def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
+        greedy: bool = False) -> Rollout:  # fmt: skip
+    """The acting loop with parameters `params_i` (e.g. params[i]); `greedy` takes the most
+    likely action instead of sampling (evaluation)."""
     i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
     T = prog.bounds[-1]
     key = rt.random.key(seed).fold_in(i).fold_in(b).fold_in(t)
     obs = rt.placeholder(shape=env.obs_shape, domain=(i, b, t), name="obs")
     policy = model.policy(params_i, obs)
-    action = policy.sample(key)
+    action = policy.mode() if greedy else policy.sample(key)
     first = env.reset(rt.random.key(seed + 1).fold_in(b))
     if isinstance(env, GymnaxEnv):  # in-graph: the environment state is a tensor too
         state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")

@@ -52,6 +52,10 @@ class Categorical:
     def entropy(self) -> RecurrentTensor:
         return self.program.apply("categorical_entropy", [self.logits])
 
+    def mode(self) -> RecurrentTensor:
+        """The most likely category (greedy action)."""
+        return self.logits.argmax()
+
 
 class DiagGaussian:
     """A Gaussian with diagonal covariance over the last axis: N(mean, exp(log_std)^2)."""
@@ -70,3 +74,6 @@ class DiagGaussian:
 
     def entropy(self) -> RecurrentTensor:
         return self.program.apply("gaussian_entropy", [self.log_std])
+
+    def mode(self) -> RecurrentTensor:
+        return self.mean

@@ -208,6 +208,9 @@ class RecurrentTensor:
     def std(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
         return self._unary("std", axis=axis, keepdims=keepdims)
 
+    def argmax(self, axis: int = -1) -> RecurrentTensor:
+        return self._unary("argmax", axis=axis)
+
     def cumsum(self, axis: int = 0) -> RecurrentTensor:
         return self._unary("cumsum", axis=axis)
 

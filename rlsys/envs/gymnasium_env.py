@@ -58,6 +58,8 @@ class GymnasiumEnv:
         except gym.error.Error as err:
             raise RecurrenceError(f"gymnasium environment {env_id!r}: {err}") from None
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
+        spec = self.vector.envs[0].spec
+        self.max_episode_steps = int(spec.max_episode_steps or 1000) if spec else 1000
         obs_space = self.vector.single_observation_space
         action_space = self.vector.single_action_space
         if not isinstance(obs_space, gym.spaces.Box):

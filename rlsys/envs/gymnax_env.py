@@ -118,6 +118,7 @@ class GymnaxEnv:
     def __init__(self, env_id: str) -> None:
         env, params, _ = _environment(env_id)
         self.env_id = env_id
+        self.max_episode_steps = int(getattr(params, "max_steps_in_episode", 1000))
         obs, state = env.reset(jax.random.PRNGKey(0), params)
         self.obs_shape = tuple(jnp.shape(obs))
         self.state_size = int(_flat(state).shape[0])

@@ -51,6 +51,12 @@ def _discounted_cum_sum(x, done=None, *, gamma: float, axis: int = 0):
     return jnp.moveaxis(ys, 0, axis)
 
 
+def _argmax_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    (x,) = types
+    (axis,) = normalize_axes("argmax", params.get("axis", -1), len(x.shape))
+    return TensorType(tuple(n for k, n in enumerate(x.shape) if k != axis), "int32")
+
+
 def _matmul_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     a, b = types
     if not a.shape or not b.shape:
@@ -74,5 +80,6 @@ for _name, _fn in REDUCTIONS.items():
 register("cumsum", _along_axis("cumsum"), lambda x, axis=0: jnp.cumsum(x, axis=axis))
 register("discounted_cum_sum", _along_axis("discounted_cum_sum"), _discounted_cum_sum)
 register("matmul", _matmul_infer, jnp.matmul)
+register("argmax", _argmax_infer, lambda x, axis=-1: jnp.argmax(x, axis=axis).astype("int32"))
 register("softmax", _softmax_infer, lambda x, axis=-1: jax.nn.softmax(x, axis=axis))
 register("log_softmax", _softmax_infer, lambda x, axis=-1: jax.nn.log_softmax(x, axis=axis))

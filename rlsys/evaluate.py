@@ -1,0 +1,92 @@
+"""`rlsys eval DIR --episodes N`: run a trained policy and print its mean and std return.
+
+The policy is the one after the last update in DIR's checkpoint. Each episode runs in its own
+environment (one batch of N), for at most the environment's episode limit; actions are the
+most likely ones (`--stochastic` samples instead). Evaluation is itself a small
+recurrent-tensor program: the acting loop of training with fixed parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rlsys.errors import UsageError
+
+DESCRIPTION = "Run the trained policy of a `rlsys train` folder and report its returns."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, metavar="DIR", help="a folder of `rlsys train`")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions")
+
+
+def final_parameters(algo: str, config, state) -> np.ndarray:
+    """The parameter vector after the last update, from a checkpoint's loop state."""
+    import rlsys.algos as algos
+    from rlsys.compiler.pipeline import run_pipeline
+
+    graph, _ = run_pipeline(algos.ALGORITHMS[algo][1](config).program.graph())
+    params = next(n for n in graph if n.name == "params")
+    update = next(b for b in params.branches if int(b.region[0][0].evaluate({})) == 1)
+    return np.asarray(state.carry[str(update.edge.node)][0])
+
+
+def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True) -> np.ndarray:
+    """The return of each of `episodes` episodes played with `params`."""
+    import rlsys.rt as rt
+    from rlsys.algos.common import ActorCritic, act, make_env
+
+    env = make_env(dataclasses.replace(config, num_envs=episodes))
+    prog = rt.Program(dims=("i", "b", "t"))
+    i, b, t = prog.dims
+    T = prog.bounds[-1]
+    with prog:
+        model = ActorCritic(env, config)
+        rollout = act(prog, env, model, rt.const(params), config.seed + 1000, greedy=greedy)
+        alive = rt.placeholder(domain=(i, b, t), name="alive")  # 1 until the episode ends
+        alive[i, b, 0] = 1.0
+        alive[i, b, t + 1] = alive * (1.0 - rollout.step.done)
+        prog.output("returns", (rollout.step.reward * alive)[i, b, 0:T].sum())
+    bounds = {"I": 1, "B": episodes, "T": env.max_episode_steps}
+    return prog.compile(bounds=bounds).run()["returns"][0]
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlsys.train import ALGORITHMS, _read_toml
+    from rlsys.training import CHECKPOINT, load_checkpoint
+
+    if args.episodes < 1:
+        raise UsageError("--episodes must be at least 1")
+    checkpoint = args.run_dir / CHECKPOINT
+    if not checkpoint.exists():
+        raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}",
+                         hint="evaluate a folder written by `rlsys train`")  # fmt: skip
+    algo = _checkpoint_algo(checkpoint)
+    config_class = ALGORITHMS[algo][0]
+    own = {f.name for f in dataclasses.fields(config_class)}
+    config = config_class(**_read_toml(args.run_dir / "config.toml", own)).validate()
+    params = final_parameters(algo, config, load_checkpoint(checkpoint, algo))
+    returns = evaluate(config, params, args.episodes, greedy=not args.stochastic)
+    print(f"{algo} on {config.env}: mean return {returns.mean():.1f} ± {returns.std():.1f} "
+          f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
+          "actions)")  # fmt: skip
+    return 0
+
+
+def _checkpoint_algo(path: Path) -> str:
+    from rlsys.train import ALGORITHMS
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            algo = json.loads(str(data["meta"])).get("algo")
+    except (OSError, ValueError, KeyError) as err:
+        raise UsageError(f"cannot read checkpoint {path}: {err}") from None
+    if algo not in ALGORITHMS:
+        raise UsageError(f"{path}: unknown algorithm {algo!r} in the checkpoint")
+    return algo
