@@ -40,13 +40,15 @@ def _process_start() -> float:
     return now_perf - (now_wall - psutil.Process().create_time())
 
 
-def _train_rlsys(total_steps: int, seed: int, *, target: float, clock_start: float) -> dict:
+def _train_rlsys(total_steps: int, seed: int, *, target: float, clock_start: float,
+                 env: str = "gymnax:CartPole-v1") -> dict:  # fmt: skip
     from benchmarks.baselines import Progress
     from rlsys.algos.config import PPOConfig
     from rlsys.algos.ppo import build_ppo
 
     began = time.perf_counter()
-    config = PPOConfig(total_steps=total_steps, seed=seed, iterations_per_call=CHUNK).validate()
+    config = PPOConfig(env=env, total_steps=total_steps, seed=seed,
+                       iterations_per_call=CHUNK).validate()  # fmt: skip
     built = build_ppo(config)
     exe = built.program.compile(bounds=built.bounds, iterations_per_call=CHUNK)
     compile_seconds = time.perf_counter() - began
@@ -64,9 +66,9 @@ def _train_rlsys(total_steps: int, seed: int, *, target: float, clock_start: flo
                            run_seconds=run_seconds)  # fmt: skip
 
 
-def _train(impl: str, total_steps: int, seed: int, clock_start: float) -> dict:
+def _train(impl: str, total_steps: int, seed: int, clock_start: float, env: str) -> dict:
     if impl == "rlsys":
-        return _train_rlsys(total_steps, seed, target=TARGET, clock_start=clock_start)
+        return _train_rlsys(total_steps, seed, target=TARGET, clock_start=clock_start, env=env)
     if impl == "purejaxrl":
         from benchmarks.baselines import purejaxrl_style_ppo
 
@@ -79,11 +81,11 @@ def _train(impl: str, total_steps: int, seed: int, clock_start: float) -> dict:
     return module.train(total_steps, seed, target=TARGET, clock_start=clock_start)
 
 
-def run(*, quick: bool, seed: int, impl: str) -> None:
+def run(*, quick: bool, seed: int, impl: str, env: str = "gymnax:CartPole-v1") -> None:
     clock_start = _process_start()
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    result = _train(impl, 100_000 if quick else 500_000, seed, clock_start)
+    result = _train(impl, 100_000 if quick else 500_000, seed, clock_start, env)
     metrics = {
         "compile_seconds": result["compile_seconds"],
         "reached_475": 1.0 if result["steps_to_target"] is not None else 0.0,
