@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
+import json
 import os
 import sys
 import threading
@@ -69,8 +71,10 @@ class Recorder:
         self.pid = os.getpid()
         self.process = ProcessInfo.current(command=command, start_ns=clock())
         self.writer = SessionWriter(self.directory / f"{self.pid}.jsonl", self.process)
-        # deque: append and popleft are atomic, so threads emit without taking a lock.
-        self._pending: collections.deque[Event] = collections.deque()
+        # Pending events as plain tuples (name, category, start_ns, end_ns, tid, region,
+        # attrs): building an Event (a frozen dataclass) would cost more than the rest of an
+        # annotation. deque: append and popleft are atomic, so threads emit without a lock.
+        self._pending: collections.deque[tuple] = collections.deque()
         self._write_lock = threading.Lock()
         self._local = threading.local()
 
@@ -90,22 +94,37 @@ class Recorder:
             return state
 
     def emit(self, event: Event) -> None:
-        self._pending.append(event)
+        """Record an event of this process (from any collector)."""
+        self.emit_raw(event.name, str(event.category), event.start_ns, event.end_ns, event.tid,
+                      event.region, event.attrs, event.device)  # fmt: skip
+
+    def emit_raw(
+        self,
+        name: str,
+        category: str,
+        start_ns: int,
+        end_ns: int,
+        tid: int,
+        region: str | None = None,
+        attrs: Any = None,
+        device: str = "cpu",
+    ) -> None:
+        """`emit` without building an Event: the annotations' hot path."""
+        self._pending.append((name, category, start_ns, end_ns, tid, region, attrs, device))
         if len(self._pending) >= self.flush_every:
             self.flush()
 
     def instant(self, name: str, attrs: dict[str, Any] | None = None) -> None:
         now = self.clock()
-        tid = self.thread_state().tid
-        self.emit(Event(name, Category.OPERATION, now, now, self.pid, tid, attrs=attrs))
+        self.emit_raw(name, _OPERATION, now, now, self.thread_state().tid, None, attrs)
 
     def flush(self) -> None:
         with self._write_lock:
-            batch = []
+            lines = []
             while self._pending:
-                batch.append(self._pending.popleft())
-            if batch:
-                self.writer.write_events(batch)
+                lines.append(_event_line(self.pid, self._pending.popleft()))
+            if lines:
+                self.writer.write_event_lines(lines)
 
     def close(self) -> None:
         self.flush()
@@ -157,10 +176,26 @@ class _Span:
             )
         stack.pop()
         rec = self.recorder
-        rec.emit(
-            Event(self.name, Category.OPERATION, self.start_ns, end, rec.pid, self.state.tid,
-                  region=self.region, attrs=self.attrs)
-        )  # fmt: skip
+        rec.emit_raw(self.name, _OPERATION, self.start_ns, end, self.state.tid, self.region,
+                     self.attrs)  # fmt: skip
+
+
+_OPERATION = str(Category.OPERATION)
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_text(value: str) -> str:
+    return json.dumps(value)  # names and regions repeat: format each once
+
+
+def _event_line(pid: int, event: tuple) -> str:
+    """One `["event", ...]` line of the trace format (as Event.to_record gives), fast."""
+    name, category, start, end, tid, region, attrs, device = event
+    region_text = "null" if region is None else _json_text(region)
+    attrs_text = "null" if not attrs else json.dumps(dict(attrs), separators=(",", ":"),
+                                                     default=str)  # fmt: skip
+    return (f'["event",{_json_text(name)},"{category}",{start},{end},{pid},{tid},'
+            f'{_json_text(device)},{region_text},{attrs_text}]\n')  # fmt: skip
 
 
 def _innermost_phase(stack: list[_Span]) -> str | None:

@@ -180,6 +180,14 @@ class SessionWriter:
         self._events_written += len(records)
         self._write(records)
 
+    def write_event_lines(self, lines: list[str]) -> None:
+        """Append event records already formatted as JSON lines (the recorder's fast path)."""
+        if self._file is None:
+            raise ValueError(f"session writer for {self.path} is already closed")
+        self._events_written += len(lines)
+        self._file.write("".join(lines))
+        self._file.flush()
+
     def write_thread(self, pid: int, tid: int, name: str) -> None:
         self._write([["thread", pid, tid, name]])
 
