@@ -7,7 +7,6 @@ callbacks), like the PyTorch systems do. The goal of issue #5 is >= 4x SB3's env
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -17,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.cases.ppo_cartpole import run  # noqa: E402  (needs the repository on the path)
+from benchmarks.cases.ppo_cartpole import CASE as BASE  # noqa: E402  (needs the repo on the path)
+from benchmarks.cases.ppo_cartpole import run  # noqa: E402
 
 CASE = Case(
     name="ppo_cartpole_host",
@@ -35,20 +35,8 @@ CASE = Case(
             params={"impl": "rlsys", "env": "gymnasium:CartPole-v1"},
             description="rlsys.algos.ppo, gymnasium SyncVectorEnv stepped by host callbacks",
         ),
-        System(
-            "cleanrl-style",
-            run=run,
-            params={"impl": "cleanrl"},
-            description="PyTorch, gymnasium SyncVectorEnv (SAME_STEP autoreset), 1 thread",
-        ),
-        System(
-            "sb3",
-            run=run,
-            params={"impl": "sb3"},
-            available=lambda: importlib.util.find_spec("stable_baselines3") is not None,
-            missing="stable-baselines3 not installed (pip install 'rlsys[bench]')",
-            description="Stable-Baselines3 PPO('MlpPolicy'), DummyVecEnv, 1 thread",
-        ),
+        BASE.system("cleanrl-style"),  # the same systems as ppo_cartpole
+        BASE.system("sb3"),
     ],
 )
 
