@@ -145,11 +145,6 @@ def output_episode_stats(prog: rt.Program, step) -> None:
     prog.output("episodes", episode["count"])
 
 
-def clip_by_global_norm(grad, max_norm: float):
-    norm = (grad * grad).sum().sqrt()
-    return grad * (max_norm / rt.maximum(norm, max_norm))
-
-
 def annealed(cfg, i) -> Any:
     """The learning rate at iteration i: linear to 0 when cfg.anneal_lr."""
     return (

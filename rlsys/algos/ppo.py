@@ -26,7 +26,6 @@ from rlsys.algos.common import (
     AlgoProgram,
     act,
     annealed,
-    clip_by_global_norm,
     gae,
     make_env,
     output_episode_stats,
@@ -73,7 +72,7 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
         index = order.take(start + rt.const(np.arange(minibatch, dtype="int32")))
         mb = {k: v.take(index) for k, v in data.items()}
         loss = _loss(cfg, model, theta[i, u], mb)
-        grad = clip_by_global_norm(rt.grad(loss, theta), cfg.max_grad_norm)
+        (grad,) = rt.optim.clip_by_global_norm([rt.grad(loss, theta)], cfg.max_grad_norm)
         count = (i * updates + u + 1) * 1.0
         new_theta, new_m, new_v = adam.update(theta[i, u], moments[0][i, u], moments[1][i, u],
                                               grad, count, annealed(cfg, i))  # fmt: skip

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from rlsys.compiler.index import Dim, Index, IndexExpr, Slice, as_expr
+from rlsys.compiler.index import Dim, Index, IndexExpr, as_expr
 
 
 @dataclass(frozen=True)
@@ -112,20 +112,12 @@ class Graph:
     def replace(self, **changes: Any) -> Graph:
         return replace(self, **changes)
 
-    def with_node(self, node: Node) -> Graph:
-        return self.replace(nodes={**self.nodes, node.id: node})
-
     def consumers(self) -> dict[int, list[int]]:
         users: dict[int, list[int]] = {n: [] for n in self.nodes}
         for node in self:
             for edge in node.all_edges():
                 users[edge.node].append(node.id)
         return users
-
-
-def slice_axes(edge: Edge) -> list[Slice]:
-    """The slices of an edge's index, in order: each adds one leading spatial axis."""
-    return [i for i in edge.index if isinstance(i, Slice)]
 
 
 def concrete_shape(node: Node, bounds: Mapping[Any, int]) -> tuple[int, ...]:

@@ -48,15 +48,18 @@ def _iteration_dim(params: list[RecurrentTensor], dim: Dim | None) -> Dim:
     return dim
 
 
-def clipped_grads(loss, params: list[RecurrentTensor], max_norm: float | None):
-    grads = [grad(loss, p) for p in params]
-    if max_norm is None:
-        return grads
+def clip_by_global_norm(grads: list[RecurrentTensor], max_norm: float) -> list[RecurrentTensor]:
+    """Scale all gradients together so that their global norm is at most `max_norm`."""
     squares = [(g * g).sum() for g in grads]
     norm = sum(squares[1:], start=squares[0]).sqrt()
-    program = loss.program
+    program = grads[0].program
     scale = max_norm / program.apply("maximum", [norm, lift(program, max_norm)])
     return [g * scale for g in grads]
+
+
+def clipped_grads(loss, params: list[RecurrentTensor], max_norm: float | None):
+    grads = [grad(loss, p) for p in params]
+    return grads if max_norm is None else clip_by_global_norm(grads, max_norm)
 
 
 def _learning_rate(lr: LearningRate, dim: Dim):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.index import Affine, Dim, IndexExpr, Symbol, as_expr
+from rlsys.compiler.index import Dim, IndexExpr, Symbol, as_expr
 from rlsys.compiler.indexing import apply_index
 from rlsys.compiler.ir import Edge
 from rlsys.compiler.rules import TensorType
@@ -301,12 +301,3 @@ class _Frozen:
 
     def __repr__(self) -> str:
         return np.array2string(self.array, threshold=8)
-
-
-def is_plain_dim(expr: IndexExpr) -> Dim | None:
-    """The dimension `d` when `expr` is exactly `d`, else None."""
-    if isinstance(expr, Affine):
-        single = expr.single_dim()
-        if single and single[1] == 0:
-            return single[0]
-    return None

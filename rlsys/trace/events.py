@@ -34,7 +34,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -270,9 +270,6 @@ class Session:
             thread_names=threads,
             complete=all(s.complete for s in sessions),
         )
-
-    def iter_events(self, category: Category | None = None) -> Iterator[Event]:
-        return (e for e in self.events if category is None or e.category == category)
 
 
 def _read_session(path: Path) -> Session:
