@@ -69,8 +69,10 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     state = load_checkpoint(out / CHECKPOINT, algo) if resume else None
     with rlsys.phase("compile"):
         built = ALGORITHMS[algo][1](config)
-        per_call = config.iterations_per_call
-        executable = built.program.compile(bounds=built.bounds, iterations_per_call=per_call)
+        executable = built.program.compile(
+            bounds=built.bounds, iterations_per_call=config.iterations_per_call
+        )
+        per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()
     total = config.num_iterations * config.batch_size
     first = state.done if state else 0

@@ -1,8 +1,9 @@
 """Human-readable views of a compiled program: `explain()` rows and the dependence graph.
 
 `explain_rows` gives, for every op the outputs need, its domain, the decision for each
-dimension of its domain ("vectorize" or "scan", with "reverse scan" for recurrences that read
-later points), its stage and the user's line. `to_dot` writes the dependence graph for
+dimension of its domain ("vectorize", "scan", "reverse scan" for recurrences that read later
+points, or "host loop" for a loop that contains a host op), its stage (see `stages.py`) and
+the user's line. `to_dot` writes the dependence graph for
 Graphviz, each edge labelled with the index it reads.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.schedule import Loop, Schedule
+from rlsys.compiler.stages import host_loop_dims, stage_names
 
 
 @dataclass(frozen=True)
@@ -48,18 +50,22 @@ def _reverse_loops(schedule: Schedule) -> dict[int, set[Dim]]:
 
 def explain_rows(graph: Graph, schedule: Schedule) -> list[ExplainRow]:
     reverse = _reverse_loops(schedule)
+    on_host = host_loop_dims(graph, schedule)
+    stages = stage_names(graph, schedule)
     rows = []
     for node_id in sorted(schedule.loops_of):
         node = graph[node_id]
         decisions = {}
         for dim in node.domain:
             how = schedule.decision(node, dim)
-            if how == "scan" and dim in reverse.get(node_id, set()):
+            if how == "scan" and dim in on_host.get(node_id, set()):
+                how = "host loop"
+            elif how == "scan" and dim in reverse.get(node_id, set()):
                 how = "reverse scan"
             decisions[dim.name] = how
         line = f"line {node.source.line}" if node.source else ""
         rows.append(ExplainRow(node_id, node.label(), node.op, tuple(d.name for d in node.domain),
-                               decisions, "main", line))  # fmt: skip
+                               decisions, stages[node_id], line))  # fmt: skip
     return rows
 
 

@@ -179,7 +179,7 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         return _grad_value(ctx, node)
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
     if RULES[node.op].host is not None:
-        return _host_value(ctx, node, reads, vector_dims, params)
+        return _host_value(ctx, node, reads, vector_dims)
     if node.op == "index":
         array, present = reads[0]
         return Value(_broadcast_to_dims(ctx, array, present, vector_dims), vector_dims)
@@ -187,15 +187,29 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     return Value(_vectorized(ctx, fn, reads, vector_dims), vector_dims)
 
 
-def _host_value(ctx: Context, node: Node, reads, vector_dims, params) -> Value:
-    """A host op: one ordered callback with the whole batch (calls keep program order)."""
+def _host_value(ctx: Context, node: Node, reads, vector_dims) -> Value:
+    """A host op met inside a jitted function: one ordered callback with the whole batch
+    (calls keep program order). Host loops (`jax_staged.py`) call host ops directly."""
     arrays = [_broadcast_to_dims(ctx, a, present, vector_dims) for a, present in reads]
-    extents = tuple(ctx.extent(d) for d in vector_dims)
-    result = jax.ShapeDtypeStruct(extents + concrete_shape(node, ctx.bounds), node.dtype)
-    host = partial(RULES[node.op].host, **params)
-    value = io_callback(lambda *xs: np.asarray(host(*xs), node.dtype), result, *arrays,
+    value = io_callback(partial(call_host, node), host_result(ctx, node, vector_dims), *arrays,
                         ordered=True)  # fmt: skip
     return Value(value, vector_dims)
+
+
+def host_arguments(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> list:
+    """A host op's inputs, each with one leading axis per vector dim (the whole batch)."""
+    reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
+    return [_broadcast_to_dims(ctx, a, present, vector_dims) for a, present in reads]
+
+
+def host_result(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> jax.ShapeDtypeStruct:
+    extents = tuple(ctx.extent(d) for d in vector_dims)
+    return jax.ShapeDtypeStruct(extents + concrete_shape(node, ctx.bounds), node.dtype)
+
+
+def call_host(node: Node, *arrays) -> np.ndarray:
+    host = RULES[node.op].host
+    return np.asarray(host(*(np.asarray(a) for a in arrays), **dict(node.params)), node.dtype)
 
 
 def _vectorized(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):

@@ -123,19 +123,26 @@ class LoopPlan:
             axes = self.ctx.values[node].axes
             inner.values[node] = Value(array, tuple(d for d in axes if d is not loop.dim))
         run_steps(inner, loop.body)
-        new_carry = {m: jnp.concatenate([inner.values[m].array[None], carry[m][:-1]])
-                     for m in carry}  # fmt: skip
+        new_carry = self.shift_windows(carry, {m: inner.values[m].array for m in carry})
         return new_carry, {m: inner.values[m].array for m in self.kept}
 
     def store(self, stacked: dict[int, Any]) -> None:
         """Record the kept members' values, stacked over the loop dim, in domain order."""
-        loop_dims = (*self.ctx.loop_index, self.loop.dim)
         for member, array in stacked.items():
-            node = self.ctx.graph[member]
-            axes = (self.loop.dim, *_inner_axes(node, loop_dims))
-            ordered = tuple(d for d in node.domain if d in axes)
-            perm = [axes.index(d) for d in ordered] + list(range(len(axes), array.ndim))
+            ordered, perm = self.stored_layout(member, array.ndim)
             self.ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
+
+    def stored_layout(self, member: int, ndim: int) -> tuple[tuple[Dim, ...], list[int]]:
+        """The axes of a kept member once stored, and the permutation of its stacked array
+        (loop dim first) that puts them in domain order."""
+        node = self.ctx.graph[member]
+        axes = (self.loop.dim, *_inner_axes(node, (*self.ctx.loop_index, self.loop.dim)))
+        ordered = tuple(d for d in node.domain if d in axes)
+        return ordered, [axes.index(d) for d in ordered] + list(range(len(axes), ndim))
+
+    def shift_windows(self, carry: dict[int, Any], values: dict[int, Any]) -> dict[int, Any]:
+        """The carry of the next step: each window with this step's value in front."""
+        return {m: jnp.concatenate([values[m][None], carry[m][:-1]]) for m in carry}
 
 
 def run_loop(ctx: Context, loop: Loop) -> None:

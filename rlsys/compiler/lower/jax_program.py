@@ -11,7 +11,9 @@ program: parameters updated from one iteration to the next) runs that loop on th
 
 so training reports progress and can be stopped between calls, while K (the compile option
 `iterations_per_call`) amortizes the cost of a call. Other programs become one jitted
-function. Everything is traced and compiled by the constructor, so a bad program fails at
+function. A program with host ops (a gymnasium environment) runs its loops that contain them
+from the host instead, with jitted segments in between (`jax_staged.py`), one iteration per
+call. Everything is traced and compiled by the constructor, so a bad program fails at
 `compile()`, never inside `run()`.
 """
 
@@ -32,8 +34,10 @@ from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
+from rlsys.compiler.stages import has_host
 
 IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
 
@@ -107,8 +111,14 @@ class JaxExecutable:
         loops = [k for k, s in enumerate(schedule.steps)
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
         self.host_loop = host_loop and len(loops) == 1
-        if self.host_loop:
+        self.staged = any(has_host(graph, step) for step in schedule.steps)
+        if self.host_loop and self.staged:
+            _traced(partial(self._compile_staged_loop, abstract, loops[0]))
+        elif self.host_loop:
             _traced(partial(self._compile_host_loop, abstract, loops[0]))
+        elif self.staged:
+            staged = _traced(lambda: StagedSteps(self._context(abstract), schedule.steps))
+            self._compiled = partial(self._run_staged, staged)
         else:
             whole = jax.jit(self._whole)
             self._compiled = _traced(lambda: whole.lower(abstract).compile())
@@ -118,6 +128,48 @@ class JaxExecutable:
         ctx = _context(self.ir, self.bounds, inputs, self.schedule)
         run_steps(ctx, self.schedule.steps)
         return _outputs(ctx)
+
+    def _context(self, inputs, values=None) -> Context:
+        return _context(self.ir, self.bounds, inputs, self.schedule, values)
+
+    # -- with host ops: host loops and jitted segments (jax_staged.py) ------------------------
+    def _run_staged(self, staged: StagedSteps, inputs) -> dict[str, Any]:
+        ctx = self._context(inputs)
+        staged.run(ctx)
+        return _outputs(ctx)
+
+    def _compile_staged_loop(self, abstract, position: int) -> None:
+        """The same three parts as `_compile_host_loop`, run from the host; one iteration
+        per call (the iteration loop's steps already run in Python)."""
+        steps = self.schedule.steps
+        self._pre, self._loop, self._post = steps[:position], steps[position], steps[position + 1 :]
+        ctx = self._context(abstract)
+        prologue = StagedSteps(ctx, self._pre)
+        after = ctx.child()
+        loop = StagedLoop(after, self._loop)
+        epilogue = StagedSteps(after, self._post)
+        self._carry0 = loop.initial_carry
+        self.iterations_per_call = 1
+
+        def run_prologue(inputs) -> Context:
+            pre = self._context(inputs)
+            prologue.run(pre)
+            return pre
+
+        def one_iteration(inputs, pre: Context, carry, start):
+            carry, kept = loop.step(pre, carry, int(start))
+            return carry, {m: jnp.asarray(v)[None] for m, v in kept.items()}
+
+        def run_epilogue(inputs, pre: Context, stacked) -> dict[str, Any]:
+            post = pre.child()
+            LoopPlan.make(post, self._loop).store(stacked)
+            epilogue.run(post)
+            return _outputs(post)
+
+        self._prologue_fn, self._epilogue_fn = run_prologue, run_epilogue
+        self._calls = {1: one_iteration}
+        self.iteration_outputs = {name: edge.node for name, edge in self.ir.outputs
+                                  if edge.node in loop.kept}  # fmt: skip
 
     # -- host loop over the iteration dimension ---------------------------------------------
     def _compile_host_loop(self, abstract, position: int) -> None:

@@ -1,0 +1,209 @@
+"""The fast lowering, part 4: host loops, for programs with host ops (see `stages.py`).
+
+A loop containing a host op runs in Python, one step at a time; between host ops, each
+host-free run of steps is one jitted function (a *segment*):
+
+    for d in range(D):                             # a host loop over d
+        values, args = segment_1(reads)            # jitted: the steps before host op 1,
+        out = host_op_1(*args)                     #   and host op 1's inputs
+        values = segment_2(reads)                  # Python: numpy arrays in and out
+        ...
+        carry = shift(carry, values)               # jitted: the windows move one step
+    stack what is read after the loop
+
+Loops without host ops stay inside their segment as `lax.scan`s. A segment reads only what
+its steps need: values computed earlier, windows of the enclosing host loops, their indices
+(as traced scalars, so one compiled function serves every step) and the program inputs.
+
+Everything is traced and compiled once, by an abstract pass at construction in which values
+are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `compile()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlsys.compiler.ir import Graph
+from rlsys.compiler.lower.jax import Context, Value, Window, call_host, host_arguments, host_result
+from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.schedule import Compute, Loop, Step
+from rlsys.compiler.stages import has_host
+
+INDEX = jax.ShapeDtypeStruct((), jnp.int32)
+
+
+def _abstract(array: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(np.shape(array), array.dtype)
+
+
+def _nodes(steps: Iterable[Step]) -> set[int]:
+    nodes: set[int] = set()
+    for step in steps:
+        nodes |= {step.node} if isinstance(step, Compute) else set(step.members)
+    return nodes
+
+
+def _reads(ctx: Context, steps: list[Step]) -> tuple[set[int], set[int]]:
+    """What the steps read: values computed before them, and windows of the enclosing
+    loops (including a window of one of the steps' own nodes: its earlier iterations).
+    A gradient reads the inputs of its path."""
+    nodes = _nodes(steps)
+    reads = {e.node for n in nodes for e in ctx.graph[n].all_edges()}
+    reads |= {r for n in nodes for r in ctx.grad_reads.get(n, ())}
+    return {n for n in reads - nodes if n in ctx.values}, {n for n in reads if n in ctx.windows}
+
+
+class Segment:
+    """Host-free steps as one jitted function, followed by at most one host op. The last
+    segment of a host loop's step also moves the loop's windows (`finish`), which saves a
+    call per step."""
+
+    def __init__(self, ctx: Context, steps: list[Step], host: Compute | None,
+                 finish: LoopPlan | None = None) -> None:  # fmt: skip
+        self.template, self.steps, self.host, self.finish = ctx, steps, host, finish
+        nodes = _nodes(steps)
+        values, windows = _reads(ctx, steps + ([host] if host else []))
+        if finish is not None:  # the windows' new entries: this step's values
+            values |= {m for m in finish.window_axes if m not in nodes}
+        self.value_reads, self.window_reads = sorted(values), sorted(windows)
+        self.axes = {n: ctx.values[n].axes for n in self.value_reads}
+        self.loop_dims = tuple(ctx.loop_index)
+        self.live = _live_after(ctx, nodes, moves_windows=finish is not None)
+        self.out_axes: dict[int, tuple] = {}  # filled while tracing
+        args = self._arguments(ctx, finish.initial_carry() if finish else {})
+        self.compiled = jax.jit(self._traced).lower(*args).compile()
+        values, host_args, _ = jax.eval_shape(self._traced, *args)
+        self._record(ctx, values, host_args, call=False)
+
+    def run(self, ctx: Context, carry: dict | None = None) -> dict | None:
+        """Run the steps (and host op) on `ctx`; with `finish`, return the next carry."""
+        values, host_args, carry = self.compiled(*self._arguments(ctx, carry or {}))
+        self._record(ctx, values, host_args, call=True)
+        return carry
+
+    def _arguments(self, ctx: Context, carry: dict) -> tuple:
+        return (
+            ctx.inputs,
+            {n: ctx.values[n].array for n in self.value_reads},
+            {n: ctx.windows[n].array for n in self.window_reads},
+            tuple(ctx.loop_index[d] for d in self.loop_dims),
+            carry,
+        )
+
+    def _traced(self, inputs, values, windows, indices, carry):
+        t = self.template
+        ctx = Context(
+            t.graph, t.bounds, inputs,
+            {n: Value(a, self.axes[n]) for n, a in values.items()},
+            {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
+            dict(zip(self.loop_dims, indices, strict=True)),
+            t.outputs, t.grad_reads, t.consumers,
+        )  # fmt: skip
+        run_steps(ctx, self.steps)
+        new = {n: v for n, v in ctx.values.items() if n not in values and n in self.live}
+        self.out_axes = {n: v.axes for n, v in new.items()}
+        host_args = () if self.host is None else tuple(
+            host_arguments(ctx, ctx.graph[self.host.node], self.host.vector_dims))  # fmt: skip
+        if self.finish is not None:
+            carry = self.finish.shift_windows(carry, {m: ctx.values[m].array for m in carry})
+        return {n: v.array for n, v in new.items()}, host_args, carry
+
+    def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
+        ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
+        if self.host is not None:
+            node = ctx.graph[self.host.node]
+            result = call_host(node, *host_args) if call else host_result(
+                ctx, node, self.host.vector_dims)  # fmt: skip
+            ctx.values[node.id] = Value(result, self.host.vector_dims)
+
+
+def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
+    """The nodes computed by a segment that anything after it reads: other nodes, the
+    program's outputs, a gradient's re-run, or (unless the segment moves them) the windows."""
+    later_grads = [reads for g, reads in ctx.grad_reads.items() if g not in nodes]
+    return {
+        n for n in nodes
+        if any(c not in nodes for c in ctx.consumers[n])
+        or n in ctx.outputs
+        or any(n in reads for reads in later_grads)
+        or (not moves_windows and n in ctx.windows)
+    }  # fmt: skip
+
+
+class StagedSteps:
+    """A list of steps run from the host: segments, and host loops nested in them. With
+    `finish`, the steps are a host loop's body and the last segment moves its windows."""
+
+    def __init__(self, ctx: Context, steps: Iterable[Step], finish: LoopPlan | None = None):
+        self.parts: list[Segment | StagedLoop] = []
+        pending: list[Step] = []
+        for step in steps:
+            if not has_host(ctx.graph, step):
+                pending.append(step)
+            elif isinstance(step, Compute):
+                self.parts.append(Segment(ctx, pending, step))
+                pending = []
+            else:
+                if pending:
+                    self.parts.append(Segment(ctx, pending, None))
+                    pending = []
+                self.parts.append(StagedLoop(ctx, step))
+        if finish is not None or pending:
+            self.parts.append(Segment(ctx, pending, None, finish))
+
+    def run(self, ctx: Context, carry: dict | None = None) -> dict | None:
+        """Run the steps on `ctx`; as a loop body, return the loop's next carry."""
+        for part in self.parts[:-1]:
+            part.run(ctx)
+        last = self.parts[-1] if self.parts else None
+        return last.run(ctx, carry) if isinstance(last, Segment) else last and last.run(ctx)
+
+
+class StagedLoop:
+    """A loop containing a host op, run one step at a time from Python."""
+
+    def __init__(self, ctx: Context, loop: Loop) -> None:
+        self.loop = loop
+        plan = LoopPlan.make(ctx, loop)
+        self.window_axes, self.kept = plan.window_axes, sorted(plan.kept)
+        self.initial_carry = plan.initial_carry()
+        carry = {m: _abstract(a) for m, a in self.initial_carry.items()}
+        inner = self._inner(ctx, carry, INDEX)
+        self.body = StagedSteps(inner, loop.body, finish=plan)
+        extent = ctx.extent(loop.dim)
+        for m in self.kept:  # what the loop leaves behind: the stacked shapes
+            entry = inner.values[m].array
+            ordered, perm = plan.stored_layout(m, len(np.shape(entry)) + 1)
+            shape = (extent, *np.shape(entry))
+            ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
+                                                       entry.dtype), ordered)  # fmt: skip
+
+    def _inner(self, ctx: Context, carry: dict, index: Any) -> Context:
+        windows = {m: Window(a, self.loop.dim, self.window_axes[m]) for m, a in carry.items()}
+        return ctx.child(self.loop.dim, index, windows)
+
+    def step(self, ctx: Context, carry: dict, index: int) -> tuple[dict, dict[int, Any]]:
+        """Step `index` of the loop: the next carry and the kept members' values."""
+        inner = self._inner(ctx, carry, np.int32(index))
+        carry = self.body.run(inner, carry)
+        return carry, {m: inner.values[m].array for m in self.kept}
+
+    def run(self, ctx: Context) -> None:
+        extent = ctx.extent(self.loop.dim)
+        order = range(extent - 1, -1, -1) if self.loop.reverse else range(extent)
+        carry, kept = self.initial_carry, {m: [] for m in self.kept}
+        for index in order:
+            carry, values = self.step(ctx, carry, index)
+            for m, value in values.items():
+                kept[m].append(np.asarray(value))
+        stacked = {m: np.stack(v[::-1] if self.loop.reverse else v) for m, v in kept.items()}
+        LoopPlan.make(ctx, self.loop).store(stacked)
+
+
+def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
+    return {name: ctx.values[edge.node].array for name, edge in graph.outputs}

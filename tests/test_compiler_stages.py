@@ -1,0 +1,104 @@
+"""Programs with host ops: stages in explain(), host loops, and what they compute."""
+
+from __future__ import annotations
+
+import io
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlsys.compiler.lower.jax_program as jax_program
+import rlsys.rt as rt
+from rlsys.algos.config import PPOConfig
+from rlsys.algos.ppo import build_ppo
+from rlsys.envs import GymnasiumEnv
+
+
+def small_ppo(env: str):
+    config = PPOConfig(env=env, num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1,
+                       total_steps=2 * 8 * 3, seed=3)  # fmt: skip
+    return build_ppo(config)
+
+
+def test_a_host_environment_makes_act_and_learn_stages() -> None:
+    built = small_ppo("gymnasium:CartPole-v1")
+    rows = built.program.compile(bounds=built.bounds).explain(file=io.StringIO())
+    by_name = {row.tensor: row for row in rows}
+    by_op: dict[str, list] = {}
+    for row in rows:
+        by_op.setdefault(row.op, []).append(row)
+    # The acting chain crosses env.step on the host: its loops run from Python.
+    assert by_name["obs"].decisions == {"i": "host loop", "b": "vectorize", "t": "host loop"}
+    assert [r.stage for r in by_op["gymnasium_step"]] == ["act"]
+    assert [r.stage for r in by_op["categorical_sample"]] == ["act"]
+    assert [r.stage for r in by_op["gymnasium_reset"]] == ["setup"]
+    # Returns, gradients and the update come after the last host op: the learn stage.
+    assert by_name["advantage"].stage == "learn"
+    assert by_name["advantage"].decisions["t"] == "reverse scan"
+    assert {r.stage for r in by_op["grad"]} == {"learn"}
+    assert by_name["params"].stage == "act"  # read by the policy: the act stage owns it
+
+
+def test_an_in_graph_environment_has_one_stage() -> None:
+    built = small_ppo("gymnax:CartPole-v1")
+    rows = built.program.compile(bounds=built.bounds).explain(file=io.StringIO())
+    assert {row.stage for row in rows} == {"main"}
+    assert all("host loop" not in row.decisions.values() for row in rows)
+
+
+def test_host_loops_compute_what_an_ordered_callback_computes(monkeypatch) -> None:
+    """The same program with its host op called from a host loop and from inside one jitted
+    function (an ordered io_callback, the lowering used before host loops)."""
+    staged = small_ppo("gymnasium:CartPole-v1")
+    staged_out = staged.program.compile(bounds=staged.bounds).run()
+    monkeypatch.setattr(jax_program, "has_host", lambda graph, step: False)
+    callback = small_ppo("gymnasium:CartPole-v1")
+    callback_out = callback.program.compile(bounds=callback.bounds).run()
+    assert staged_out.keys() == callback_out.keys()
+    for name, value in staged_out.items():
+        np.testing.assert_allclose(value, callback_out[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("reverse_reads", [False, True])
+def test_a_program_without_iteration_loop_steps_the_environment_in_order(reverse_reads) -> None:
+    """dims (b, t): the host op is stepped T times, in order, with actions computed from the
+    observations; a reverse scan after it (returns) runs in the learn part."""
+    prog = rt.Program(dims=("b", "t"))
+    b, t = prog.dims
+    _, T = prog.bounds
+    with prog:
+        env = GymnasiumEnv("CartPole-v1", num_envs=3, seed=7)
+        obs = rt.placeholder(shape=(4,), name="obs")
+        obs[b, 0] = env.reset(rt.random.key(0).fold_in(b)).obs
+        action = (obs.slice_axis(2, 3).reshape(()) > 0.0).astype("int32")  # push toward the pole
+        step = env.step(action)
+        obs[b, t + 1] = step.obs
+        prog.output("reward", step.reward[b, 0:T])
+        prog.output("action", action[b, 0:T])
+        if reverse_reads:
+            ret = rt.placeholder(name="ret")
+            ret[b, T - 1] = step.reward[b, T - 1]
+            ret[b, t] = step.reward + 0.5 * ret[b, t + 1]
+            prog.output("ret", ret[b, 0:T])
+    exe = prog.compile(bounds={"B": 3, "T": 6})
+    out = exe.run()
+    assert exe.explain(file=io.StringIO())[0].stage in {"act", "learn"}
+
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    vector = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(3)],
+                                      autoreset_mode=same_step)  # fmt: skip
+    observation, _ = vector.reset(seed=7)
+    rewards, actions = [], []
+    for _ in range(6):
+        chosen = (observation[:, 2] > 0).astype("int64")
+        observation, reward, *_ = vector.step(chosen)
+        rewards.append(reward)
+        actions.append(chosen)
+    np.testing.assert_array_equal(out["action"], np.stack(actions, axis=1))
+    np.testing.assert_array_equal(out["reward"], np.stack(rewards, axis=1))
+    if reverse_reads:
+        expected = np.zeros((3, 6), "float32")
+        for k in reversed(range(6)):
+            expected[:, k] = rewards[k] + (0.5 * expected[:, k + 1] if k < 5 else 0.0)
+        np.testing.assert_allclose(out["ret"], expected, rtol=1e-6)
