@@ -10,13 +10,15 @@ recording on and automatic operations (`rlsys.profiler.hooks`), then writes into
                         `rlsys.profiler.summary`)
     trace.json          Chrome/Perfetto trace (open in ui.perfetto.dev)
     breakdown.png       one stacked bar per operation, by category
+    report.html         table, plot and verdict on one self-contained page
 
 and prints the per-operation table. Its exit code is the command's (128+N if a signal N
 ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
 be started or the arguments are wrong.
 
-`rlsys report DIR` prints a profile's table again (and redraws its plot into --out, default
-DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation.
+`rlsys report DIR` prints a profile's table again (and redraws its plot and report.html into
+--out, default DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation
+(and writes compare.html into --out, default DIR2).
 
 This module may import only `rlsys.trace` of rlsys (the layering rule), so it reports usage
 errors itself, in the format of `rlsys.cli`: `error: ...` (and `hint: ...`), exit code 2.
@@ -143,6 +145,7 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
                    quiet: bool) -> int:  # fmt: skip
     from rlsys.profiler.breakdown import ProfileError, breakdown
     from rlsys.profiler.render import console, plot_breakdown, print_summary
+    from rlsys.profiler.report_html import write_report
     from rlsys.trace import write_chrome_trace
 
     write_chrome_trace(session, out / "trace.json")
@@ -160,17 +163,19 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
     )
     write_summary(summary, out)
     plot_breakdown(summary, out / "breakdown.png")
+    write_report(summary, out)
     screen = console()
     if not quiet:
         print_summary(screen, summary)
     partial = "" if summary["complete"] else " (partial)"
-    screen.print(f"profile{partial} in {out}: summary.json, trace.json, breakdown.png",
+    screen.print(f"profile{partial} in {out}: summary.json, trace.json, breakdown.png, report.html",
                  markup=False, highlight=False)  # fmt: skip
     return exit_code
 
 
 def _report(args: argparse.Namespace) -> int:
     from rlsys.profiler.render import comparison_table, console, plot_breakdown, print_summary
+    from rlsys.profiler.report_html import write_comparison, write_report
 
     if len(args.dirs) > 2:
         raise _UsageError(
@@ -182,12 +187,18 @@ def _report(args: argparse.Namespace) -> int:
     if len(summaries) == 2:
         names = (str(args.dirs[0]), str(args.dirs[1]))
         screen.print(comparison_table(summaries[0], summaries[1], names))
+        out = args.out or Path(args.dirs[1])
+        out.mkdir(parents=True, exist_ok=True)
+        page = write_comparison(summaries[0], summaries[1], names, out)
+        if not args.quiet:
+            screen.print(f"comparison in {page}", markup=False, highlight=False)
         return 0
     (summary,) = summaries
     print_summary(screen, summary)
     out = args.out or Path(args.dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     path = plot_breakdown(summary, out / "breakdown.png")
+    page = write_report(summary, out)
     if not args.quiet:
-        screen.print(f"plot in {path}", markup=False, highlight=False)
+        screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)
     return 0
