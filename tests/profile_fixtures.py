@@ -53,3 +53,18 @@ SIMULATION_HEAVY = [
     ("inference", 0.78, 0.90, None),
     ("backpropagation", 0.90, 1.0, Category.BACKEND),
 ]
+
+
+def gpu_summary() -> dict[str, Any]:
+    """A run whose GPU ran 30 ms of every 100 ms while NVML read 90%."""
+    from rlsys.profiler.collectors.nvml import Sample
+    from rlsys.profiler.gpu import gpu_section
+
+    ms = 1_000_000
+    events = [Event("train", Category.OPERATION, 0, 1000 * ms, PID, PID)]
+    events += [Event("k", Category.GPU_KERNEL, w * 100 * ms, w * 100 * ms + 30 * ms, PID, 1,
+                     device="cuda:0") for w in range(10)]  # fmt: skip
+    samples = [Sample((w + 1) * 100 * ms, 0, 90.0, 0.0) for w in range(10)]
+    summary = summary_of(events)
+    summary["gpu"] = gpu_section(Session((process(),), events), samples, period_s=0.1)
+    return summary

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from profile_fixtures import SIMULATION_HEAVY, make_summary
+from profile_fixtures import SIMULATION_HEAVY, gpu_summary, make_summary
 
 from rlsys.profiler.report_html import CSP, render_comparison, render_report
 
@@ -63,3 +63,9 @@ def test_the_comparison_renders_without_console_messages(tmp_path: Path) -> None
     dom, console = render(render_comparison(before, after, ("base", "new")), tmp_path)
     assert console == []
     assert "2.50x faster" in dom and dom.count("<img") == 2
+
+
+def test_the_gpu_section_renders_without_console_messages(tmp_path: Path) -> None:
+    dom, console = render(render_report(gpu_summary()), tmp_path)
+    assert console == []
+    assert "GPU: true busy time vs polled utilization" in dom and dom.count("<img") == 2

@@ -11,6 +11,7 @@ recording on and automatic operations (`rlsys.profiler.hooks`), then writes into
     trace.json          Chrome/Perfetto trace (open in ui.perfetto.dev)
     breakdown.png       one stacked bar per operation, by category
     report.html         table, plot and verdict on one self-contained page
+    gpu_util.png        where a GPU was found (NVML): true GPU-busy time vs polled utilization
 
 and prints the per-operation table. Its exit code is the command's (128+N if a signal N
 ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
@@ -31,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlsys.profiler.collectors.gpu_tracing import GPU_ENV
+from rlsys.profiler.collectors.nvml import start_sampler
 from rlsys.profiler.launch import CommandError, child_environment, run_child
 from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
 
@@ -126,7 +129,15 @@ def _profile(args: argparse.Namespace) -> int:
     except OSError as err:
         raise _UsageError(f"cannot create {trace_dir}: {err.strerror or err}") from None
 
-    child = run_child(command, child_environment(trace_dir), args.max_seconds)
+    sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
+    environment = child_environment(trace_dir)
+    environment.pop(GPU_ENV, None)
+    if sampler is not None:
+        environment[GPU_ENV] = "1"  # the child starts torch/JAX GPU tracing on their import
+    try:
+        child = run_child(command, environment, args.max_seconds)
+    finally:
+        samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
     try:
         session = Session.load_dir(trace_dir)
@@ -138,12 +149,13 @@ def _profile(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_code or EXIT_USAGE
-    return _write_profile(session, out, command, child, exit_code, args.quiet)
+    return _write_profile(session, out, command, child, exit_code, args.quiet, samples)
 
 
 def _write_profile(session, out: Path, command: list[str], child, exit_code: int,
-                   quiet: bool) -> int:  # fmt: skip
+                   quiet: bool, samples: list) -> int:  # fmt: skip
     from rlsys.profiler.breakdown import ProfileError, breakdown
+    from rlsys.profiler.gpu import add_gpu_section
     from rlsys.profiler.render import console, plot_breakdown, print_summary
     from rlsys.profiler.report_html import write_report
     from rlsys.trace import write_chrome_trace
@@ -161,6 +173,7 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
         stopped_by=child.stopped_by,
         wall_seconds=child.wall_seconds,
     )
+    add_gpu_section(summary, session, samples, out)
     write_summary(summary, out)
     plot_breakdown(summary, out / "breakdown.png")
     write_report(summary, out)
@@ -174,6 +187,7 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
 
 
 def _report(args: argparse.Namespace) -> int:
+    from rlsys.profiler.gpu import plot_gpu
     from rlsys.profiler.render import comparison_table, console, plot_breakdown, print_summary
     from rlsys.profiler.report_html import write_comparison, write_report
 
@@ -198,6 +212,8 @@ def _report(args: argparse.Namespace) -> int:
     out = args.out or Path(args.dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     path = plot_breakdown(summary, out / "breakdown.png")
+    if summary.get("gpu"):
+        plot_gpu(summary["gpu"], out)
     page = write_report(summary, out)
     if not args.quiet:
         screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from rlsys.profiler.plots import png_data_uri
+from rlsys.profiler.plots import gpu_figure, png_data_uri
 from rlsys.profiler.render import _used_categories, breakdown_figure, status_line
 from rlsys.profiler.verdict import comparison_verdict, verdict
 
@@ -124,7 +124,24 @@ def _run_section(summary: dict[str, Any]) -> list[str]:
 
 
 def _gpu_section(summary: dict[str, Any]) -> list[str]:
-    return []  # filled in by the GPU collectors' summary section (see rlsys.profiler.gpu)
+    """Busy vs polled per device, and its plot, when the run had a GPU (summary "gpu")."""
+    section = summary.get("gpu")
+    if not section:
+        return []
+    headers = ["device", "span s", "busy s", "busy %", "polled % (NVML)", "samples"]
+    rows = [f"<tr>{''.join(f'<th>{escape(h)}</th>' for h in headers)}</tr>"]
+    for row in section["devices"]:
+        polled = row["polled_percent"]
+        cells = [escape(row["device"]), f"{row['span_seconds']:.3f}", f"{row['busy_seconds']:.3f}",
+                 f"{row['busy_percent']:.1f}", "-" if polled is None else f"{polled:.1f}",
+                 str(row["samples"])]  # fmt: skip
+        rows.append(f"<tr>{''.join(f'<td>{c}</td>' for c in cells)}</tr>")
+    return [
+        "<h2>GPU: true busy time vs polled utilization</h2>",
+        "<table>\n" + "\n".join(rows) + "\n</table>",
+        _image(png_data_uri(gpu_figure(section)), "GPU busy vs polled utilization"),
+        f'<p class="note">{escape(section["method"])}</p>',
+    ]
 
 
 def render_report(summary: dict[str, Any]) -> str:
