@@ -10,13 +10,16 @@ recording on and automatic operations (`rlsys.profiler.hooks`), then writes into
                         `rlsys.profiler.summary`)
     trace.json          Chrome/Perfetto trace (open in ui.perfetto.dev)
     breakdown.png       one stacked bar per operation, by category
+    report.html         table, plot and verdict on one self-contained page
+    gpu_util.png        where a GPU was found (NVML): true GPU-busy time vs polled utilization
 
 and prints the per-operation table. Its exit code is the command's (128+N if a signal N
 ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
 be started or the arguments are wrong.
 
-`rlsys report DIR` prints a profile's table again (and redraws its plot into --out, default
-DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation.
+`rlsys report DIR` prints a profile's table again (and redraws its plot and report.html into
+--out, default DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation
+(and writes compare.html into --out, default DIR2).
 
 This module may import only `rlsys.trace` of rlsys (the layering rule), so it reports usage
 errors itself, in the format of `rlsys.cli`: `error: ...` (and `hint: ...`), exit code 2.
@@ -29,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlsys.profiler.collectors.gpu_tracing import GPU_ENV
+from rlsys.profiler.collectors.nvml import start_sampler
 from rlsys.profiler.launch import CommandError, child_environment, run_child
 from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
 
@@ -124,7 +129,15 @@ def _profile(args: argparse.Namespace) -> int:
     except OSError as err:
         raise _UsageError(f"cannot create {trace_dir}: {err.strerror or err}") from None
 
-    child = run_child(command, child_environment(trace_dir), args.max_seconds)
+    sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
+    environment = child_environment(trace_dir)
+    environment.pop(GPU_ENV, None)
+    if sampler is not None:
+        environment[GPU_ENV] = "1"  # the child starts torch/JAX GPU tracing on their import
+    try:
+        child = run_child(command, environment, args.max_seconds)
+    finally:
+        samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
     try:
         session = Session.load_dir(trace_dir)
@@ -136,13 +149,15 @@ def _profile(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_code or EXIT_USAGE
-    return _write_profile(session, out, command, child, exit_code, args.quiet)
+    return _write_profile(session, out, command, child, exit_code, args.quiet, samples)
 
 
 def _write_profile(session, out: Path, command: list[str], child, exit_code: int,
-                   quiet: bool) -> int:  # fmt: skip
+                   quiet: bool, samples: list) -> int:  # fmt: skip
     from rlsys.profiler.breakdown import ProfileError, breakdown
+    from rlsys.profiler.gpu import add_gpu_section
     from rlsys.profiler.render import console, plot_breakdown, print_summary
+    from rlsys.profiler.report_html import write_report
     from rlsys.trace import write_chrome_trace
 
     write_chrome_trace(session, out / "trace.json")
@@ -158,19 +173,23 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
         stopped_by=child.stopped_by,
         wall_seconds=child.wall_seconds,
     )
+    add_gpu_section(summary, session, samples, out)
     write_summary(summary, out)
     plot_breakdown(summary, out / "breakdown.png")
+    write_report(summary, out)
     screen = console()
     if not quiet:
         print_summary(screen, summary)
     partial = "" if summary["complete"] else " (partial)"
-    screen.print(f"profile{partial} in {out}: summary.json, trace.json, breakdown.png",
+    screen.print(f"profile{partial} in {out}: summary.json, trace.json, breakdown.png, report.html",
                  markup=False, highlight=False)  # fmt: skip
     return exit_code
 
 
 def _report(args: argparse.Namespace) -> int:
+    from rlsys.profiler.gpu import plot_gpu
     from rlsys.profiler.render import comparison_table, console, plot_breakdown, print_summary
+    from rlsys.profiler.report_html import write_comparison, write_report
 
     if len(args.dirs) > 2:
         raise _UsageError(
@@ -182,12 +201,20 @@ def _report(args: argparse.Namespace) -> int:
     if len(summaries) == 2:
         names = (str(args.dirs[0]), str(args.dirs[1]))
         screen.print(comparison_table(summaries[0], summaries[1], names))
+        out = args.out or Path(args.dirs[1])
+        out.mkdir(parents=True, exist_ok=True)
+        page = write_comparison(summaries[0], summaries[1], names, out)
+        if not args.quiet:
+            screen.print(f"comparison in {page}", markup=False, highlight=False)
         return 0
     (summary,) = summaries
     print_summary(screen, summary)
     out = args.out or Path(args.dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     path = plot_breakdown(summary, out / "breakdown.png")
+    if summary.get("gpu"):
+        plot_gpu(summary["gpu"], out)
+    page = write_report(summary, out)
     if not args.quiet:
-        screen.print(f"plot in {path}", markup=False, highlight=False)
+        screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)
     return 0

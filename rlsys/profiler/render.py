@@ -158,33 +158,41 @@ def _ratio(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
 
 def plot_breakdown(summary: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """A stacked bar per operation: its thread seconds split by CPU category (PNG, Agg)."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    figure = breakdown_figure(summary)
+    try:
+        figure.savefig(path, dpi=100)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def breakdown_figure(summary: dict[str, Any]) -> Any:
+    """The figure of `plot_breakdown`; the caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     operations = list(summary["operations"].items())
     categories = _used_categories([summary]) or ["python"]
     figure, axes = plt.subplots(figsize=(max(4.0, 1.3 * len(operations) + 2.5), 4.0))
-    try:
-        names = [name for name, _ in operations]
-        bottom = [0.0] * len(operations)
-        for category in categories:
-            heights = [times["categories"].get(category, 0.0) for _, times in operations]
-            axes.bar(names, heights, bottom=bottom, label=category,
-                     color=CATEGORY_COLORS.get(category))  # fmt: skip
-            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-        axes.set_ylabel("thread seconds")
-        status = "" if summary["complete"] else " (partial)"
-        axes.set_title(f"time per operation by category{status}", fontsize=10)
-        axes.legend(fontsize=8)
-        axes.tick_params(axis="x", labelrotation=20, labelsize=8)
-        figure.tight_layout()
-        figure.savefig(path, dpi=100)
-    finally:
-        plt.close(figure)
-    return path
+    names = [name for name, _ in operations]
+    bottom = [0.0] * len(operations)
+    for category in categories:
+        heights = [times["categories"].get(category, 0.0) for _, times in operations]
+        axes.bar(names, heights, bottom=bottom, label=category,
+                 color=CATEGORY_COLORS.get(category))  # fmt: skip
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    axes.set_ylabel("thread seconds")
+    status = "" if summary["complete"] else " (partial)"
+    axes.set_title(f"time per operation by category{status}", fontsize=10)
+    axes.legend(fontsize=8)
+    axes.tick_params(axis="x", labelrotation=20, labelsize=8)
+    figure.tight_layout()
+    return figure
 
 
 def print_summary(screen: Any, summary: dict[str, Any]) -> None:

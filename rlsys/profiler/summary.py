@@ -20,7 +20,16 @@ Schema, format "rlsys-profile-summary" version 1 (all times are float seconds; e
         {"pid": 1234, "parent_pid": 1200, "command": "train.py --seed 1",
          "traced_seconds": 12.1, "threads": [1234, 1240],
          "operations": {NAME: TIMES, ...}, "total": TIMES}
-      ]
+      ],
+      "gpu": {                    # only where a GPU was found (rlsys.profiler.gpu)
+        "method": "...",          # how busy and polled were measured
+        "busy_percent": 41.0,     # mean over devices of true busy time (kernel union) / span
+        "polled_utilization": 93.0,   # mean NVML utilization.gpu (nvidia-smi's figure), or null
+        "devices": [{"device": "cuda:0", "span_seconds": 12.0, "busy_seconds": 4.9,
+                     "busy_percent": 41.0, "polled_percent": 93.0, "samples": 120,
+                     "timeline": {"seconds": [...], "busy_percent": [...],
+                                  "polled_percent": [...]}}]
+      }
     }
 
     TIMES = {

@@ -9,7 +9,9 @@ before its own code. It
 2. imports `rlsys.profiler.hooks`, which imports `rlsys.trace`, whose import starts recording
    into RLSYS_TRACE_DIR (`<dir>/<pid>.jsonl`, closed at exit);
 3. installs the automatic operations (`hooks.install()`: import-triggered patches of
-   gymnasium, Stable-Baselines3 and torch; nothing of them is imported here).
+   gymnasium, Stable-Baselines3 and torch; nothing of them is imported here);
+4. where `rlsys profile` found a GPU, starts GPU tracing when torch or jax is imported
+   (`rlsys.profiler.collectors.gpu_tracing`).
 
 If the interpreter cannot import rlsys from its own path, the rlsys this file belongs to is
 appended to `sys.path`. Nothing here may stop the program: any failure prints one warning to
@@ -39,6 +41,9 @@ def _bootstrap() -> None:
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
             from rlsys.profiler import hooks
         hooks.install()
+        from rlsys.profiler.collectors import gpu_tracing
+
+        gpu_tracing.install()  # a no-op unless `rlsys profile` found a GPU
     except Exception as err:
         print(f"rlsys profile: not profiling this process ({err!r})", file=sys.stderr)
 
