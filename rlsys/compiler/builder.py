@@ -20,6 +20,7 @@ from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim
 from rlsys.compiler.ir import Branch, Edge, Graph, Node, SourceLine, identity_index
 from rlsys.compiler.rules import RULES, TensorType
+from rlsys.compiler.sinks import SINK_PREFIX, Sink, SinkFn
 
 if TYPE_CHECKING:
     from rlsys.compiler.tensor import RecurrentTensor
@@ -73,6 +74,7 @@ class Program:
         self._nodes: list[Node] = []
         self._branches: dict[int, list[Branch]] = {}
         self._outputs: dict[str, Edge] = {}
+        self._sinks: list[Sink] = []
         self._tokens: list[contextvars.Token] = []
 
     def __enter__(self) -> Program:
@@ -141,9 +143,19 @@ class Program:
 
     def output(self, name: str, tensor: RecurrentTensor) -> None:
         """Make the values of `tensor` at every point of its domain a program output."""
-        if name in self._outputs:
+        if name in self._outputs or name.startswith(SINK_PREFIX):
             raise RecurrenceError(f"output {name!r} is defined twice")
         self._outputs[name] = Edge(tensor.node_id, identity_index(tensor.domain))
+
+    def sink(self, tensor: RecurrentTensor, fn: SinkFn) -> None:
+        """Call `fn(point, value)` for every point of `tensor` as the run computes it (after
+        each iteration for tensors of the iteration loop): logging, plotting, checks.
+        `point` maps dimension names to indices. See `sinks.py`."""
+        if not callable(fn):
+            raise RecurrenceError(f"sink of {tensor.label}: {fn!r} is not callable")
+        name = f"{SINK_PREFIX}{len(self._sinks)}"
+        self._outputs[name] = Edge(tensor.node_id, identity_index(tensor.domain))
+        self._sinks.append(Sink(name, fn, tuple(d.name for d in tensor.domain)))
 
     def graph(self) -> Graph:
         """The program as an immutable graph (placeholders carry their definitions)."""
@@ -152,7 +164,7 @@ class Program:
             if node.op == "merge":
                 node = replace(node, branches=tuple(self._branches.get(node.id, ())))
             nodes[node.id] = node
-        return Graph(self.dims, nodes, tuple(self._outputs.items()))
+        return Graph(self.dims, nodes, tuple(self._outputs.items()), tuple(self._sinks))
 
     def compile(
         self,

@@ -23,6 +23,7 @@ from rlsys.compiler.pipeline import run_pipeline
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import build_schedule
+from rlsys.compiler.sinks import fire_all
 
 BACKENDS = ("jax", "ref")
 
@@ -68,7 +69,8 @@ class ReferenceExecutable:
 
     def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.input_specs, inputs or {})
-        return ReferenceInterpreter(self.graph, self.bounds, arrays).run()
+        outputs = ReferenceInterpreter(self.graph, self.bounds, arrays).run()
+        return fire_all(self.graph.sinks, outputs)
 
 
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",

@@ -99,6 +99,7 @@ class Graph:
     dims: tuple[Dim, ...]
     nodes: Mapping[int, Node] = field(default_factory=dict)
     outputs: tuple[tuple[str, Edge], ...] = ()
+    sinks: tuple[Any, ...] = ()  # sinks.Sink: user functions fed from hidden outputs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", MappingProxyType(dict(self.nodes)))

@@ -37,6 +37,7 @@ from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
+from rlsys.compiler.sinks import Sink, fire, fire_all, is_sink_output
 from rlsys.compiler.stages import has_host
 
 IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
@@ -238,7 +239,10 @@ class JaxExecutable:
         if not self.host_loop:
             if resume is not None or on_call is not None:
                 raise RecurrenceError("this program has no iteration loop to resume or checkpoint")
-            return {k: np.asarray(v) for k, v in self._compiled(arrays).items()}
+            outputs = {k: np.asarray(v) for k, v in self._compiled(arrays).items()}
+            return fire_all(self.ir.sinks, outputs)
+        per_iteration = [s for s in self.ir.sinks if s.output in self.iteration_outputs]
+        report = on_iteration is not None or per_iteration
         pre = self._prologue_fn(arrays)
         carry, done = self._carry0, 0
         if resume is not None:
@@ -251,18 +255,21 @@ class JaxExecutable:
             carry, values = self._calls[size](arrays, pre, carry, jnp.int32(start))
             kept.append(values)
             done += size
-            stop = on_iteration is not None and self._report(values, start, size, on_iteration)
+            stop = report and self._report(values, start, size, on_iteration, per_iteration)
             if on_call is not None:  # after the iterations were reported: a checkpoint's
                 on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
             if stop:
                 break
         stacked = {m: jnp.concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
+        at_end = [s for s in self.ir.sinks if s not in per_iteration]
         if done < extent or started > 0:  # a part of the loop: what each iteration computed
             outputs = self.iteration_outputs.items()
-            return {name: np.asarray(stacked[node]) for name, node in outputs if stacked}
+            partial_outputs = {name: np.asarray(stacked[node]) for name, node in outputs if stacked}
+            return fire_all(at_end, partial_outputs)
         if self._loop.reverse:
             stacked = {m: jnp.flip(a, axis=0) for m, a in stacked.items()}
-        return {k: np.asarray(v) for k, v in self._epilogue_fn(arrays, pre, stacked).items()}
+        outputs = self._epilogue_fn(arrays, pre, stacked)
+        return fire_all(at_end, {k: np.asarray(v) for k, v in outputs.items()})
 
     def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
         expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry0.items()}
@@ -274,13 +281,20 @@ class JaxExecutable:
             )
         return {int(k): jnp.asarray(v) for k, v in state.carry.items()}
 
-    def _report(self, values, start: int, size: int, on_iteration: IterationCallback) -> bool:
+    def _report(self, values, start: int, size: int, on_iteration: IterationCallback | None,
+                sinks: list[Sink]) -> bool:  # fmt: skip
+        """For each iteration of the call: its sinks, then `on_iteration`. True when that
+        asks to stop; the sinks still see every iteration the call computed."""
         host = {name: np.asarray(values[node]) for name, node in self.iteration_outputs.items()}
         step = -1 if self._loop.reverse else 1
+        stop = False
         for k in range(size):
-            if on_iteration(start + step * k, {name: v[k] for name, v in host.items()}):
-                return True
-        return False
+            i = start + step * k
+            for sink in sinks:
+                fire(sink, host[sink.output][k], fixed={self._loop.dim.name: i})
+            visible = {name: v[k] for name, v in host.items() if not is_sink_output(name)}
+            stop = stop or (on_iteration is not None and bool(on_iteration(i, visible)))
+        return stop
 
     def explain(self, file=None) -> list:
         """For every op: its domain, the decision per dimension, its stage; also printed."""
