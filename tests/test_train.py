@@ -94,20 +94,6 @@ def test_ppo_on_a_gymnasium_host_environment(tmp_path: Path) -> None:
     assert returns and all(5 <= r <= 500 for r in returns)  # CartPole episode lengths
 
 
-def test_host_environments_refuse_the_reference_backend() -> None:
-    import rlsys.rt as rt
-    from rlsys.envs import GymnasiumEnv
-
-    prog = rt.Program(dims=("b",))
-    with prog:
-        env = GymnasiumEnv("CartPole-v1", num_envs=2)
-        first = env.reset(rt.random.key(0).fold_in(prog.dims[0]))
-        prog.output("obs", first.obs)
-    with pytest.raises(rt.RecurrenceError, match="backend='jax' only"):
-        prog.compile(bounds={"B": 2}, backend="ref")
-    assert prog.compile(bounds={"B": 2}).run()["obs"].shape == (2, 4)
-
-
 @pytest.mark.parametrize(
     ("algo", "options"),
     [

@@ -21,9 +21,9 @@ from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.passes.demand import check_demand
 from rlsys.compiler.pipeline import run_pipeline
 from rlsys.compiler.program import InputSpec, check_inputs
-from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import build_schedule
 from rlsys.compiler.sinks import fire_all
+from rlsys.compiler.stages import is_host_op
 
 BACKENDS = ("jax", "ref")
 
@@ -64,12 +64,15 @@ def input_specs(graph: Graph, bounds: Mapping[Bound, int]) -> dict[str, InputSpe
 class ReferenceExecutable:
     """A program run by the reference interpreter: `run(inputs)` returns outputs by name."""
 
-    def __init__(self, graph: Graph, bounds: dict[Bound, int], specs) -> None:
+    def __init__(self, graph: Graph, bounds: dict[Bound, int], specs, host_batch) -> None:
         self.graph, self.bounds, self.input_specs = graph, bounds, specs
+        self.host_batch = host_batch
 
     def run(self, inputs: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.input_specs, inputs or {})
-        outputs = ReferenceInterpreter(self.graph, self.bounds, arrays).run()
+        interpreter = ReferenceInterpreter(self.graph, self.bounds, arrays,
+                                           host_batch=self.host_batch)  # fmt: skip
+        outputs = interpreter.run()
         return fire_all(self.graph.sinks, outputs)
 
 
@@ -80,15 +83,14 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     bound_values = bind_bounds(graph, bounds)
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
-    host_ops = sorted({n.op for n in graph if RULES[n.op].host is not None})
-    if backend == "ref" and host_ops:
-        raise RecurrenceError(
-            f"host ops ({', '.join(host_ops)}) run with backend='jax' only: the reference "
-            "interpreter evaluates points one by one, a host environment steps all at once"
-        )
     if backend == "ref":  # the specification runs the program as written, without passes
-        build_schedule(graph, needed_nodes(graph))  # for its errors: same as the jax backend
-        return ReferenceExecutable(graph, bound_values, specs)
+        schedule = build_schedule(graph, needed_nodes(graph))  # for its errors, as with jax
+        host_batch = {
+            n: frozenset(graph[n].domain) - frozenset(loops)
+            for n, loops in schedule.loops_of.items()
+            if is_host_op(graph, n)
+        }
+        return ReferenceExecutable(graph, bound_values, specs, host_batch)
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
     executable = JaxExecutable(optimized, bound_values, schedule, specs,

@@ -9,8 +9,8 @@ callback, so calls happen in program order (the acting scan over t). Finished ep
 in the same step (`AutoresetMode.SAME_STEP`): `obs` then starts the next episode and
 `final_obs` is the last observation of the finished one, as with gymnax.
 
-The environment's state lives in the host object, not in the program: such a program runs
-with backend "jax" only, and re-running it continues the environments where they were.
+The environment's state lives in the host object, not in the program: re-running a program
+continues the environments where they were (a fresh program starts them from `seed`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ It computes a program the way its semantics read, one point at a time, on demand
         points = product(range(s.start, s.stop) if slice else [expr] for each index, at env)
         return stack([value(edge.node, p) for p in points])   # slice axes lead
 
+A host op (a gymnasium vector environment) is called once for all the points of its batch
+dims, in the order the points are demanded; data dependences (obs[t + 1] needs step[t])
+order the calls of one environment as the JAX lowering does.
+
 It is slow and simple on purpose; every fast lowering is tested against it. Recursion is
 replaced by an explicit stack so long recurrences (T = 10k) do not overflow Python's stack,
 and a point that needs itself is reported as a cycle with the chain of points.
@@ -33,6 +37,7 @@ from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Slice
 from rlsys.compiler.ir import Edge, Graph, Node
+from rlsys.compiler.lower.jax import call_host
 from rlsys.compiler.rules import RULES
 
 Point = tuple[int, ...]
@@ -50,13 +55,23 @@ class Read:
 
 
 class ReferenceInterpreter:
-    def __init__(self, graph: Graph, bounds: Mapping[Bound, int], inputs: Mapping[str, Any],
-                 traced: bool = False):  # fmt: skip
+    """`host_batch[node]`: for each host op, the dims it is called for all at once (the
+    JAX lowering's vector dims of that op; a vector environment steps every b together)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        bounds: Mapping[Bound, int],
+        inputs: Mapping[str, Any],
+        traced: bool = False,
+        host_batch: Mapping[int, frozenset] | None = None,
+    ):
         self.graph = graph
         self.bounds = dict(bounds)
         self.inputs = {k: np.asarray(v) for k, v in inputs.items()}
         self.memo: dict[Key, Any] = {}
         self.traced = traced  # inside jax.grad: keep JAX values, never convert to NumPy
+        self.host_batch = dict(host_batch or {})
 
     # -- the semantics ----------------------------------------------------------------------
     def env(self, node: Node, point: Point) -> dict:
@@ -87,6 +102,11 @@ class ReferenceInterpreter:
         return Read(keys, tuple(grid))
 
     def reads(self, node: Node, point: Point) -> list[Read]:
+        if node.id in self.host_batch:  # all the points one host call computes
+            return [r for p in self.batch_points(node, point) for r in self._reads(node, p)]
+        return self._reads(node, point)
+
+    def _reads(self, node: Node, point: Point) -> list[Read]:
         env = self.env(node, point)
         if node.op == "merge":
             return [self.read(node, self.branch(node, env).edge, env)]
@@ -107,7 +127,31 @@ class ReferenceInterpreter:
             )
         )
 
+    def batch_points(self, node: Node, point: Point) -> list[Point]:
+        batch = self.host_batch[node.id]
+        axes = [range(self.bounds[d.bound]) if d in batch else [c]
+                for d, c in zip(node.domain, point, strict=True)]  # fmt: skip
+        return list(itertools.product(*axes))
+
+    def compute_host(self, node: Node, point: Point, reads: list[Read]) -> np.ndarray:
+        """Call a host op once for its whole batch; memoize every point it computed."""
+        points = self.batch_points(node, point)
+        extents = [self.bounds[d.bound] for d in node.domain if d in self.host_batch[node.id]]
+        per_input = len(node.inputs)
+        arguments = []
+        for k in range(per_input):
+            values = [self.assemble(reads[n * per_input + k]) for n in range(len(points))]
+            stacked = np.stack(values)
+            arguments.append(stacked.reshape(*extents, *stacked.shape[1:]))
+        result = call_host(node, *arguments)
+        flat = result.reshape(len(points), *result.shape[len(extents) :])
+        for p, value in zip(points, flat, strict=True):
+            self.memo[(node.id, p)] = value
+        return self.memo[(node.id, point)]
+
     def compute(self, node: Node, point: Point, reads: list[Read]) -> np.ndarray:
+        if node.id in self.host_batch:
+            return self.compute_host(node, point, reads)
         values = [self.assemble(r) for r in reads]
         params = dict(node.params)
         if node.op == "const":
@@ -132,7 +176,8 @@ class ReferenceInterpreter:
         path = path_nodes(self.graph, param_edge.node, loss_edge.node, ())
 
         def loss_of(theta):
-            sub = ReferenceInterpreter(self.graph, self.bounds, self.inputs, traced=True)
+            sub = ReferenceInterpreter(self.graph, self.bounds, self.inputs, traced=True,
+                                       host_batch=self.host_batch)  # fmt: skip
             sub.memo = {k: v for k, v in self.memo.items()
                         if k[0] not in path or k[0] == param_edge.node}  # fmt: skip
             sub.memo[param_key] = theta
