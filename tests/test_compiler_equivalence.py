@@ -32,7 +32,7 @@ def build(draw) -> tuple[rt.Program, dict, dict]:
 
         for _ in range(draw(st.integers(1, 7))):
             kind = draw(st.sampled_from(["unary", "binary", "forward", "reverse", "reduce",
-                                         "last", "shift"]))  # fmt: skip
+                                         "window", "last", "shift"]))  # fmt: skip
             if kind == "unary":
                 x = pick()
                 pool.append(getattr(x, draw(st.sampled_from(UNARY)))()
@@ -57,6 +57,13 @@ def build(draw) -> tuple[rt.Program, dict, dict]:
             elif kind == "reduce" and t in pick().domain:
                 x = pick()
                 pool.append(x[..., 0:T].sum(axis=0) if t in x.domain else x)
+            elif kind == "window" and t in pick().domain:  # a variable-size slice, reduced
+                x = pick()
+                if t in x.domain:
+                    n = draw(st.integers(1, 3))
+                    window = [x[..., t : rt.min(t + n, T)], x[..., 0 : t + 1], x[..., t:T]]
+                    how = draw(st.sampled_from(["sum", "mean", "max"]))
+                    pool.append(getattr(window[draw(st.integers(0, 2))], how)(axis=0))
             elif kind == "last":
                 x = pick()
                 pool.append(x[..., T - 1] if t in x.domain else x * 2.0)

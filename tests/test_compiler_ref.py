@@ -73,19 +73,34 @@ def test_returns_as_a_recurrence_match_a_reverse_loop(gamma: float, backend: str
     np.testing.assert_allclose(out["op"], expected, rtol=1e-5)
 
 
-def test_variable_slice_prefix_sum() -> None:
-    prog = rt.Program(dims=("t",))
-    (t,), (T,) = prog.dims, prog.bounds
+def test_variable_slices(backend: str) -> None:
+    """The JAX lowering pads a variable-size slice to its largest length and masks the
+    padding in reductions (lower/padded.py); the reference reads exactly the slice."""
+    prog = rt.Program(dims=("b", "t"))
+    (b, t), (_, T) = prog.dims, prog.bounds
     with prog:
-        x = rt.input("x")
-        prog.output("prefix", x[0 : t + 1].sum())
-        prog.output("suffix", x[t:T].sum())
-        prog.output("window", x[t : rt.min(t + 3, T)].sum())
-    values = np.arange(6, dtype="float32")
-    out = prog.compile(bounds={T: 6}, backend="ref").run({"x": values})
-    np.testing.assert_array_equal(out["prefix"], np.cumsum(values))
-    np.testing.assert_array_equal(out["suffix"], np.cumsum(values[::-1])[::-1])
-    np.testing.assert_array_equal(out["window"], [3, 6, 9, 12, 9, 5])
+        x = rt.input("x", domain=(b, t))
+        prog.output("prefix", x[b, 0 : t + 1].sum())
+        prog.output("suffix", x[b, t:T].sum())
+        prog.output("window", x[b, t : rt.min(t + 3, T)].sum())
+        prog.output("mean", (x[b, t:T] * 2.0).mean())
+        prog.output("max", (-x[b, 0 : t + 1]).max())
+        prog.output("min", x[b, t:T].min())
+        prog.output("std", x[b, 0 : t + 1].std())
+    values = np.arange(12, dtype="float32").reshape(2, 6) ** 1.5
+    out = prog.compile(bounds={"B": 2, T: 6}, backend=backend).run({"x": values})
+    prefixes = [values[:, : k + 1] for k in range(6)]
+    suffixes = [values[:, k:] for k in range(6)]
+    np.testing.assert_allclose(out["prefix"], np.cumsum(values, axis=1), rtol=1e-6)
+    np.testing.assert_allclose(out["suffix"], np.cumsum(values[:, ::-1], 1)[:, ::-1], rtol=1e-6)
+    window = np.stack([values[:, k : k + 3].sum(1) for k in range(6)], axis=1)
+    np.testing.assert_allclose(out["window"], window, rtol=1e-6)
+    np.testing.assert_allclose(out["mean"], np.stack([2 * s.mean(1) for s in suffixes], 1),
+                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(out["max"], np.stack([(-p).max(1) for p in prefixes], 1))
+    np.testing.assert_allclose(out["min"], np.stack([s.min(1) for s in suffixes], 1))
+    np.testing.assert_allclose(out["std"], np.stack([p.std(1) for p in prefixes], 1),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 def test_dims_as_values_and_where(backend: str) -> None:
@@ -155,13 +170,23 @@ def test_definition_errors_name_tensor_and_line() -> None:
             rt.input("u", shape=(3,)) + rt.input("v", shape=(4,))
 
 
-def test_variable_slices_are_refused_by_the_jax_backend_at_compile_time() -> None:
+def test_what_jax_cannot_do_with_a_variable_slice_is_refused_at_compile_time() -> None:
     prog = rt.Program(dims=("t",))
     (t,) = prog.dims
     with prog:
-        prog.output("prefix", rt.input("x")[0 : t + 1].sum())
-    with pytest.raises(rt.RecurrenceError, match=r"variable-size slices run on backend='ref'"):
+        prefix = rt.input("x")[0 : t + 1]
+        running = prefix.cumsum()
+        prog.output("last", running.sum())
+    with pytest.raises(rt.RecurrenceError, match=r"running: cumsum of .*variable-size slice.*"
+                       r"test_compiler_ref\.py"):  # fmt: skip
         prog.compile(bounds={"T": 4}, backend="jax")
+    assert prog.compile(bounds={"T": 4}, backend="ref").run({"x": np.ones(4)})["last"].tolist() == [
+        1, 3, 6, 10]  # fmt: skip
+    kept = rt.Program(dims=("t",))
+    with kept:
+        kept.output("prefix", rt.input("x")[0 : kept.dims[0] + 1])
+    with pytest.raises(rt.RecurrenceError, match=r"output 'prefix'.*cannot return it"):
+        kept.compile(bounds={"T": 4}, backend="jax")
 
 
 def test_run_checks_input_names_and_shapes(backend: str) -> None:

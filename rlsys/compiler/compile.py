@@ -16,6 +16,7 @@ from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, concrete_shape
 from rlsys.compiler.lower.jax_program import JaxExecutable
+from rlsys.compiler.lower.padded import variable_axes
 from rlsys.compiler.lower.ref import ReferenceInterpreter
 from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.passes.demand import check_demand
@@ -91,6 +92,13 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
             if is_host_op(graph, n)
         }
         return ReferenceExecutable(graph, bound_values, specs, host_batch)
+    for name, edge in graph.outputs:
+        if variable_axes(graph[edge.node]):
+            raise RecurrenceError(
+                f"output {name!r} ({graph[edge.node].label()}) has a size that varies from point "
+                "to point (a variable-size slice); backend='jax' cannot return it. Reduce it "
+                "(e.g. .sum()) or use backend='ref'"
+            )
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
     executable = JaxExecutable(optimized, bound_values, schedule, specs,

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from rlsys.compiler.index import Dim, Index, IndexExpr, as_expr
 
 
@@ -122,5 +124,19 @@ class Graph:
 
 
 def concrete_shape(node: Node, bounds: Mapping[Any, int]) -> tuple[int, ...]:
-    """The node's spatial shape with bound symbols (`T` in `x[0:T]`) replaced by values."""
-    return tuple(n if isinstance(n, int) else int(as_expr(n).evaluate(bounds)) for n in node.shape)
+    """The node's spatial shape with bound symbols (`T` in `x[0:T]`) replaced by values; an
+    extent that varies with a dim (the variable-size slice `x[t:T]`) by its largest value,
+    the padded length the JAX lowering allocates (`lower/padded.py`)."""
+    return tuple(
+        n if isinstance(n, int) else largest_extent(as_expr(n), bounds) for n in node.shape
+    )
+
+
+def largest_extent(extent: IndexExpr, bounds: Mapping[Any, int]) -> int:
+    dims = sorted(extent.dims(), key=lambda d: d.name)
+    env: dict[Any, Any] = dict(bounds)
+    for k, dim in enumerate(dims):  # every point of the dims it varies with, at once
+        shape = [1] * len(dims)
+        shape[k] = bounds[dim.bound]
+        env[dim] = np.arange(bounds[dim.bound]).reshape(shape)
+    return max(0, int(np.max(extent.evaluate(env))))

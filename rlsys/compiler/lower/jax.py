@@ -29,7 +29,8 @@ from jax.experimental import io_callback
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice
-from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape
+from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, largest_extent
+from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, index_on, plan
 
@@ -150,13 +151,8 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
 
 
 def _slice_length(ctx: Context, producer: Node, item: Slice) -> int:
-    length = item.length()
-    if length.dims():
-        raise RecurrenceError(
-            f"{producer.label()}[{item}]: variable-size slices run on backend='ref' only in "
-            "this version; use a recurrence (e.g. returns as ret[t] = r[t] + g * ret[t + 1])"
-        )
-    return int(length.evaluate(ctx.bounds))
+    """A slice's length; for a variable-size slice, its largest (see `padded.py`)."""
+    return largest_extent(item.length(), ctx.bounds)
 
 
 # -- computing nodes -----------------------------------------------------------------------
@@ -173,6 +169,7 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         extents = [ctx.extent(d) for d in vector_dims]
         value = jnp.broadcast_to(jnp.asarray(params["expr"].evaluate(env), "int32"), extents)
         return Value(value, vector_dims)
+    padded = check_consumer(ctx.graph, node)
     if node.op == "merge":
         return _merge_value(ctx, node, vector_dims)
     if node.op == "grad":
@@ -184,6 +181,13 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         array, present = reads[0]
         return Value(_broadcast_to_dims(ctx, array, present, vector_dims), vector_dims)
     fn = partial(RULES[node.op].point, **params)
+    if padded:  # a reduction over a variable-size slice: pass each point's true lengths
+        ndim = len(ctx.graph[node.inputs[0].node].shape)
+        fn = masked_reduction(node.op, params, ndim, padded)
+        env = _coordinate_env(ctx, vector_dims, 0)
+        extents = tuple(ctx.extent(d) for d in vector_dims)
+        reads += [(jnp.broadcast_to(jnp.asarray(n.evaluate(env)), extents), vector_dims)
+                  for _, n in sorted(padded.items())]  # fmt: skip
     return Value(_vectorized(ctx, fn, reads, vector_dims), vector_dims)
 
 
