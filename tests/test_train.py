@@ -26,6 +26,23 @@ def test_train_writes_config_metrics_and_summary(tmp_path: Path, capsys) -> None
     assert int(rows[-1]["env_steps"]) == 2048
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] == 2048 and summary["iterations"] == 16
+    assert_events_match_metrics(out)
+
+
+def assert_events_match_metrics(out: Path) -> None:
+    """The TensorBoard scalars of a run folder are metrics.csv's columns, step = env_steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert len(list(out.glob("events.out.tfevents.*"))) == 1
+    events = EventAccumulator(str(out))
+    events.Reload()
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    tags = ["episode_return", "episodes", "loss", "wall_seconds", "env_steps_per_second"]
+    assert sorted(events.Tags()["scalars"]) == sorted(tags)
+    for tag in tags:
+        expected = [(int(r["env_steps"]), np.float32(r[tag])) for r in rows if r[tag] != ""]
+        written = [(e.step, np.float32(e.value)) for e in events.Scalars(tag)]
+        assert written == expected, tag
 
 
 def test_same_seed_same_metrics(tmp_path: Path) -> None:
@@ -161,6 +178,7 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, capsys
     assert not (part / "summary.json").exists()
     assert main(["train", "ppo", "--resume", str(part), "--quiet"]) == 0
     assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
+    assert_events_match_metrics(part)
     assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
 
 
