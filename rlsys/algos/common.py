@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 import rlsys.rt as rt
-from rlsys.envs import GymnasiumEnv, GymnaxEnv
+from rlsys.envs import GymnasiumEnv, GymnaxEnv, TrivialEnv
 
-Env = GymnaxEnv | GymnasiumEnv
+Env = GymnaxEnv | TrivialEnv | GymnasiumEnv
 
 
 @dataclass
@@ -41,6 +41,8 @@ class AlgoProgram:
 def make_env(cfg) -> Env:
     if cfg.env_backend == "gymnax":
         return GymnaxEnv(cfg.env_id)
+    if cfg.env_backend == "trivial":
+        return TrivialEnv(cfg.env_id)
     return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
 
 
@@ -99,7 +101,7 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     policy = model.policy(params_i, obs)
     action = policy.mode() if greedy else policy.sample(key)
     first = env.reset(rt.random.key(seed + 1).fold_in(b))
-    if isinstance(env, GymnaxEnv):  # in-graph: the environment state is a tensor too
+    if env.in_graph:  # the environment state is a tensor too
         state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")
         step = env.step(key, state, action)
         chains = [(state, first.state, step.state), (obs, first.obs, step.obs)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rlsys.errors import UsageError
 
-ENV_BACKENDS = ("gymnax", "gymnasium")
+ENV_BACKENDS = ("gymnax", "gymnasium", "trivial")
 
 
 @dataclass
@@ -14,8 +14,9 @@ class CommonConfig:
     """Options every algorithm has."""
 
     env: str = "gymnax:CartPole-v1"
-    """Environment as BACKEND:ID: gymnax (inside the compiled program) or gymnasium (on the
-    host, one vector env of num_envs)."""
+    """Environment as BACKEND:ID: gymnax (inside the compiled program), gymnasium (on the
+    host, one vector env of num_envs), or trivial:SHAPE[:STEPS] (TimeRL's trivial env,
+    in-graph: observations of SHAPE such as 64 or 3x84x84, episodes of STEPS, default 100)."""
     total_steps: int = 500_000
     """Environment steps to train for (rounded down to whole iterations)."""
     num_envs: int = 8

@@ -47,6 +47,8 @@ register("gymnasium_step", _packed_type, None, host=_host_step)
 class GymnasiumEnv:
     """`num_envs` copies of gymnasium environment `env_id`, stepped together on the host."""
 
+    in_graph = False  # its state lives in the host object
+
     def __init__(self, env_id: str, num_envs: int, seed: int = 0) -> None:
         import gymnasium as gym
 
