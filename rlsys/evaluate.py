@@ -40,14 +40,14 @@ def final_parameters(algo: str, config, state) -> np.ndarray:
 def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True) -> np.ndarray:
     """The return of each of `episodes` episodes played with `params`."""
     import rlsys.rt as rt
-    from rlsys.algos.common import ActorCritic, act, make_env
+    from rlsys.algos.common import act, acting_model, make_env
 
     env = make_env(dataclasses.replace(config, num_envs=episodes))
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
     T = prog.bounds[-1]
     with prog:
-        model = ActorCritic(env, config)
+        model = acting_model(env, config)
         rollout = act(prog, env, model, rt.const(params), config.seed + 1000, greedy=greedy)
         alive = rt.placeholder(domain=(i, b, t), name="alive")  # 1 until the episode ends
         alive[i, b, 0] = 1.0

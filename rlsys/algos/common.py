@@ -82,6 +82,17 @@ class ActorCritic:
         return out.reshape(out.shape[:-1])
 
 
+def acting_model(env: Env, cfg):
+    """The model whose `policy(params, obs)` acts: DQN's Q-network, else the actor-critic."""
+    from rlsys.algos.config import DQNConfig
+
+    if isinstance(cfg, DQNConfig):
+        from rlsys.algos.dqn import QNetwork  # dqn.py builds on this module
+
+        return QNetwork(env, cfg)
+    return ActorCritic(env, cfg)
+
+
 @dataclass
 class Rollout:
     obs: Any
