@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 import rlsys.rt as rt
-from rlsys.envs import GymnasiumEnv, GymnaxEnv, TrivialEnv
+from rlsys.envs import EnvpoolEnv, GymnasiumEnv, GymnaxEnv, TrivialEnv
 
-Env = GymnaxEnv | TrivialEnv | GymnasiumEnv
+Env = GymnaxEnv | TrivialEnv | GymnasiumEnv  # EnvpoolEnv is a GymnasiumEnv
 
 
 @dataclass
@@ -43,6 +43,8 @@ def make_env(cfg) -> Env:
         return GymnaxEnv(cfg.env_id)
     if cfg.env_backend == "trivial":
         return TrivialEnv(cfg.env_id)
+    if cfg.env_backend == "envpool":
+        return EnvpoolEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
     return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rlsys.errors import UsageError
 
-ENV_BACKENDS = ("gymnax", "gymnasium", "trivial")
+ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
 
 
 @dataclass
@@ -14,9 +14,10 @@ class CommonConfig:
     """Options every algorithm has."""
 
     env: str = "gymnax:CartPole-v1"
-    """Environment as BACKEND:ID: gymnax (inside the compiled program), gymnasium (on the
-    host, one vector env of num_envs), or trivial:SHAPE[:STEPS] (TimeRL's trivial env,
-    in-graph: observations of SHAPE such as 64 or 3x84x84, episodes of STEPS, default 100)."""
+    """Environment as BACKEND:ID: gymnax (inside the compiled program), gymnasium or envpool
+    (on the host, one vector env of num_envs; envpool needs the envpool extra), or
+    trivial:SHAPE[:STEPS] (TimeRL's trivial env, in-graph: observations of SHAPE such as 64
+    or 3x84x84, episodes of STEPS, default 100)."""
     total_steps: int = 500_000
     """Environment steps to train for (rounded down to whole iterations)."""
     num_envs: int = 8
