@@ -23,7 +23,8 @@ DESCRIPTION = "Run the trained policy of a `rlsys train` folder and report its r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="DIR", help="a folder of `rlsys train`")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions (DQN: ε-greedy with its end_e)")  # fmt: skip
 
 
 def final_parameters(algo: str, config, state) -> np.ndarray:
