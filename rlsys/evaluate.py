@@ -23,7 +23,8 @@ DESCRIPTION = "Run the trained policy of a `rlsys train` folder and report its r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="DIR", help="a folder of `rlsys train`")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions (DQN: ε-greedy with its end_e)")  # fmt: skip
 
 
 def final_parameters(algo: str, config, state) -> np.ndarray:
@@ -40,14 +41,14 @@ def final_parameters(algo: str, config, state) -> np.ndarray:
 def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True) -> np.ndarray:
     """The return of each of `episodes` episodes played with `params`."""
     import rlsys.rt as rt
-    from rlsys.algos.common import ActorCritic, act, make_env
+    from rlsys.algos.common import act, acting_model, make_env
 
     env = make_env(dataclasses.replace(config, num_envs=episodes))
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
     T = prog.bounds[-1]
     with prog:
-        model = ActorCritic(env, config)
+        model = acting_model(env, config)
         rollout = act(prog, env, model, rt.const(params), config.seed + 1000, greedy=greedy)
         alive = rt.placeholder(domain=(i, b, t), name="alive")  # 1 until the episode ends
         alive[i, b, 0] = 1.0

@@ -1,8 +1,9 @@
 """`rlsys train ALGO --env ENV`: train a policy and write the results folder.
 
 The folder (`--out`, default runs/train-<timestamp>) holds `config.toml` (the configuration
-as run), `metrics.csv` (one row per iteration) and, written last, `summary.json`; a folder
-without `summary.json` is from a run that did not finish.
+as run), `metrics.csv` (one row per iteration), TensorBoard event files of the same metrics,
+`checkpoint.npz` and, written last, `summary.json`; a folder without `summary.json` is from a
+run that did not finish.
 """
 
 from __future__ import annotations

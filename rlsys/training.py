@@ -1,4 +1,5 @@
-"""The training loop around a compiled algorithm: progress, metrics.csv, checkpoints.
+"""The training loop around a compiled algorithm: progress, metrics.csv, TensorBoard event
+files (`scalar_log.py`), checkpoints.
 
 A checkpoint (`checkpoint.npz`, NumPy's format, loaded without pickle) holds what the
 iteration loop carries from one iteration to the next (parameters, optimizer moments, the
@@ -24,6 +25,7 @@ import rlsys
 from rlsys.algos import ALGORITHMS
 from rlsys.compiler.lower.jax_program import LoopState
 from rlsys.errors import UsageError
+from rlsys.scalar_log import ScalarLog
 
 COLUMNS = ["iteration", "env_steps", "episode_return", "episodes", "loss", "wall_seconds",
            "env_steps_per_second"]  # fmt: skip
@@ -78,6 +80,8 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     first = state.done if state else 0
     rows = _kept_rows(out / "metrics.csv", first)
     last_return = [float("nan")]
+    scalars = ScalarLog(out)
+    scalars.write_rows(COLUMNS, rows)
     with (out / "metrics.csv").open("w", newline="") as handle, _progress(quiet) as progress:
         writer = csv.writer(handle)
         writer.writerows([COLUMNS, *rows])
@@ -90,8 +94,10 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
             mean = float(outputs["episode_return_sum"]) / episodes if episodes else ""
             last_return[0] = mean if episodes else last_return[0]
             rate = (steps - first * config.batch_size) / elapsed
-            writer.writerow([i, steps, mean, int(episodes), float(outputs["loss"]),
-                             round(elapsed, 4), round(rate, 1)])  # fmt: skip
+            row = [i, steps, mean, int(episodes), float(outputs["loss"]), round(elapsed, 4),
+                   round(rate, 1)]  # fmt: skip
+            writer.writerow(row)
+            scalars.write(dict(zip(COLUMNS, row, strict=True)))
             progress.update(task, completed=steps, sps=rate, ret=last_return[0])
             rlsys.progress(steps, total)
 
@@ -100,10 +106,14 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
             finished = loop.done == config.num_iterations
             if finished or (every and loop.done // every > (loop.done - per_call) // every):
                 handle.flush()
+                scalars.flush()
                 save_checkpoint(out / CHECKPOINT, algo, loop)
 
         with rlsys.phase("train"):
-            executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
+            try:
+                executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
+            finally:
+                scalars.close()
     finished = time.perf_counter()
     steps_run = total - first * config.batch_size
     return {

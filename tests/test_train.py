@@ -26,6 +26,23 @@ def test_train_writes_config_metrics_and_summary(tmp_path: Path, capsys) -> None
     assert int(rows[-1]["env_steps"]) == 2048
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] == 2048 and summary["iterations"] == 16
+    assert_events_match_metrics(out)
+
+
+def assert_events_match_metrics(out: Path) -> None:
+    """The TensorBoard scalars of a run folder are metrics.csv's columns, step = env_steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert len(list(out.glob("events.out.tfevents.*"))) == 1
+    events = EventAccumulator(str(out))
+    events.Reload()
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    tags = ["episode_return", "episodes", "loss", "wall_seconds", "env_steps_per_second"]
+    assert sorted(events.Tags()["scalars"]) == sorted(tags)
+    for tag in tags:
+        expected = [(int(r["env_steps"]), np.float32(r[tag])) for r in rows if r[tag] != ""]
+        written = [(e.step, np.float32(e.value)) for e in events.Scalars(tag)]
+        assert written == expected, tag
 
 
 def test_same_seed_same_metrics(tmp_path: Path) -> None:
@@ -58,6 +75,10 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
         (["train", "ppo", "--num-envs", "abc"], "invalid int value: 'abc'"),
         (["train", "ppo", "--total-steps", "10"], "less than one iteration"),
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
+        (["train", "dqn", "--train-frequency", "3"], "does not divide"),
+        (["train", "dqn", "--loss", "l1"], "choose mse or huber"),
+        (["train", "dqn", "--env", "gymnax:Pendulum-v1", *SMALL], "dqn needs discrete actions"),
+        (["train", "dqn", "--env", "trivial:4", *SMALL], "dqn needs discrete actions"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys) -> None:
@@ -125,12 +146,7 @@ def _learning_columns(path: Path) -> list[tuple[str, ...]]:
     return [(r["iteration"], r["episode_return"], r["episodes"], r["loss"]) for r in rows]
 
 
-def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, capsys) -> None:
-    options = ["--total-steps", "4096", "--num-envs", "4", "--num-steps", "32",
-               "--iterations-per-call", "4", "--checkpoint-every", "8", "--quiet"]  # fmt: skip
-    whole, part = tmp_path / "whole", tmp_path / "part"
-    assert main(["train", "ppo", *options, "--out", str(whole)]) == 0
-    # Interrupt a second run after its first checkpoint (iteration 8 of 32).
+def _interrupt_after_first_checkpoint(argv: list[str], monkeypatch) -> None:
     from rlsys import training
 
     saved = training.save_checkpoint
@@ -139,14 +155,22 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, capsys
         saved(path, algo, state)
         raise KeyboardInterrupt
 
-    training.save_checkpoint = stop_after_first
-    try:
-        assert main(["train", "ppo", *options, "--out", str(part)]) == 130
-    finally:
-        training.save_checkpoint = saved
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "save_checkpoint", stop_after_first)
+        assert main(argv) == 130
+
+
+def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, monkeypatch) -> None:
+    options = ["--total-steps", "4096", "--num-envs", "4", "--num-steps", "32",
+               "--iterations-per-call", "4", "--checkpoint-every", "8", "--quiet"]  # fmt: skip
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["train", "ppo", *options, "--out", str(whole)]) == 0
+    # A second run, interrupted after its first checkpoint (iteration 8 of 32).
+    _interrupt_after_first_checkpoint(["train", "ppo", *options, "--out", str(part)], monkeypatch)
     assert not (part / "summary.json").exists()
     assert main(["train", "ppo", "--resume", str(part), "--quiet"]) == 0
     assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
+    assert_events_match_metrics(part)
     assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
 
 
@@ -164,3 +188,53 @@ def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
 def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
     assert main(["eval", str(tmp_path)]) == 2
     assert "holds no checkpoint.npz" in capsys.readouterr().err
+
+
+# DQN: 128 iterations of 4 envs x 32 steps, 32 gradient steps each; a checkpoint at 64.
+DQN = ["train", "dqn", "--env", "gymnax:CartPole-v1", "--total-steps", "16384",
+       "--iterations-per-call", "8", "--checkpoint-every", "64", "--quiet"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dqn_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dqn") / "run"
+    assert main([*DQN, "--out", str(out)]) == 0
+    return out
+
+
+def test_dqn_learns_gymnax_cartpole(dqn_run: Path, capsys) -> None:
+    rows = [r for r in csv.DictReader((dqn_run / "metrics.csv").open()) if int(r["episodes"])]
+    returns = [float(r["episode_return"]) for r in rows]
+    assert returns[0] < 50  # ε = 1: random play lasts ~20 steps
+    assert np.mean(returns[-10:]) >= 150  # with ε = 0.05 exploring
+    capsys.readouterr()
+    assert main(["eval", str(dqn_run), "--episodes", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert float(re.search(r"mean return (\d+\.\d)", printed).group(1)) >= 150
+
+
+def test_dqn_same_seed_and_resume_give_the_same_metrics(dqn_run: Path, tmp_path: Path,
+                                                        monkeypatch) -> None:  # fmt: skip
+    """A second run with the same seed, interrupted at iteration 64 and resumed, has the
+    metrics of the first: the replay buffer and target network are in the checkpoint."""
+    part = tmp_path / "part"
+    _interrupt_after_first_checkpoint([*DQN, "--out", str(part)], monkeypatch)
+    assert (
+        _learning_columns(part / "metrics.csv") == _learning_columns(dqn_run / "metrics.csv")[:64]
+    )
+    assert main(["train", "dqn", "--resume", str(part), "--quiet"]) == 0
+    assert _learning_columns(part / "metrics.csv") == _learning_columns(dqn_run / "metrics.csv")
+
+
+def test_dqn_on_a_gymnasium_host_environment(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "dqn", "--env", "gymnasium:CartPole-v1", "--total-steps", "1024",
+            "--learning-starts", "256", "--loss", "huber", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 8
+    losses = [float(r["loss"]) for r in rows]
+    assert all(np.isfinite(losses)) and losses[-1] > 0
+    returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
+    assert returns and all(5 <= r <= 500 for r in returns)

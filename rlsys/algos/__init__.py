@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlsys.algos.config import A2CConfig, PPOConfig, REINFORCEConfig
+from rlsys.algos.config import A2CConfig, DQNConfig, PPOConfig, REINFORCEConfig
 
 
 def _builder(module: str, function: str) -> Callable[[Any], Any]:
@@ -24,4 +24,5 @@ ALGORITHMS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "ppo": (PPOConfig, _builder("ppo", "build_ppo")),
     "a2c": (A2CConfig, _builder("a2c", "build_a2c")),
     "reinforce": (REINFORCEConfig, _builder("reinforce", "build_reinforce")),
+    "dqn": (DQNConfig, _builder("dqn", "build_dqn")),
 }

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 import rlsys.rt as rt
-from rlsys.envs import GymnasiumEnv, GymnaxEnv
+from rlsys.envs import EnvpoolEnv, GymnasiumEnv, GymnaxEnv, TrivialEnv
 
-Env = GymnaxEnv | GymnasiumEnv
+Env = GymnaxEnv | TrivialEnv | GymnasiumEnv  # EnvpoolEnv is a GymnasiumEnv
 
 
 @dataclass
@@ -41,6 +41,10 @@ class AlgoProgram:
 def make_env(cfg) -> Env:
     if cfg.env_backend == "gymnax":
         return GymnaxEnv(cfg.env_id)
+    if cfg.env_backend == "trivial":
+        return TrivialEnv(cfg.env_id)
+    if cfg.env_backend == "envpool":
+        return EnvpoolEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
     return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
 
 
@@ -80,6 +84,17 @@ class ActorCritic:
         return out.reshape(out.shape[:-1])
 
 
+def acting_model(env: Env, cfg):
+    """The model whose `policy(params, obs)` acts: DQN's Q-network, else the actor-critic."""
+    from rlsys.algos.config import DQNConfig
+
+    if isinstance(cfg, DQNConfig):
+        from rlsys.algos.dqn import QNetwork  # dqn.py builds on this module
+
+        return QNetwork(env, cfg)
+    return ActorCritic(env, cfg)
+
+
 @dataclass
 class Rollout:
     obs: Any
@@ -99,7 +114,7 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     policy = model.policy(params_i, obs)
     action = policy.mode() if greedy else policy.sample(key)
     first = env.reset(rt.random.key(seed + 1).fold_in(b))
-    if isinstance(env, GymnaxEnv):  # in-graph: the environment state is a tensor too
+    if env.in_graph:  # the environment state is a tensor too
         state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")
         step = env.step(key, state, action)
         chains = [(state, first.state, step.state), (obs, first.obs, step.obs)]

@@ -1,6 +1,13 @@
-"""Environment adapters: gymnax (ops inside a compiled program), gymnasium (host ops)."""
+"""Environment adapters: gymnax and trivial (inside a compiled program), gymnasium and
+envpool (host ops).
 
+Each has `in_graph`: True when its state is a tensor of the program (reset(key),
+step(key, state, action)), False when it lives on the host (reset(anchor), step(action)).
+"""
+
+from rlsys.envs.envpool_env import EnvpoolEnv
 from rlsys.envs.gymnasium_env import GymnasiumEnv
 from rlsys.envs.gymnax_env import GymnaxEnv
+from rlsys.envs.trivial_env import TrivialEnv
 
-__all__ = ["GymnasiumEnv", "GymnaxEnv"]
+__all__ = ["EnvpoolEnv", "GymnasiumEnv", "GymnaxEnv", "TrivialEnv"]

@@ -11,6 +11,10 @@ in the same step (`AutoresetMode.SAME_STEP`): `obs` then starts the next episode
 
 The environment's state lives in the host object, not in the program: re-running a program
 continues the environments where they were (a fresh program starts them from `seed`).
+
+Other host backends (envpool) subclass `GymnasiumEnv`, replacing how the vector env is made,
+reset and stepped (`_make_vector`, `_reset_vector`, `_step_vector`); the ops, spaces and
+packing stay here.
 """
 
 from __future__ import annotations
@@ -47,21 +51,13 @@ register("gymnasium_step", _packed_type, None, host=_host_step)
 class GymnasiumEnv:
     """`num_envs` copies of gymnasium environment `env_id`, stepped together on the host."""
 
+    in_graph = False  # its state lives in the host object
+
     def __init__(self, env_id: str, num_envs: int, seed: int = 0) -> None:
         import gymnasium as gym
 
-        try:
-            self.vector = gym.vector.SyncVectorEnv(
-                [lambda: gym.make(env_id) for _ in range(num_envs)],
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            )
-        except gym.error.Error as err:
-            raise RecurrenceError(f"gymnasium environment {env_id!r}: {err}") from None
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
-        spec = self.vector.envs[0].spec
-        self.max_episode_steps = int(spec.max_episode_steps or 1000) if spec else 1000
-        obs_space = self.vector.single_observation_space
-        action_space = self.vector.single_action_space
+        self.vector, obs_space, action_space, self.max_episode_steps = self._make_vector()
         if not isinstance(obs_space, gym.spaces.Box):
             raise RecurrenceError(f"{env_id}: observations of type {type(obs_space).__name__} "
                                   "are not supported (Box only)")  # fmt: skip
@@ -83,20 +79,46 @@ class GymnasiumEnv:
     def discrete(self) -> bool:
         return self.num_actions is not None
 
+    # -- the vector env (what other host backends replace) ----------------------------------
+    def _make_vector(self):
+        """(vector env, single observation space, single action space, episode limit)."""
+        import gymnasium as gym
+
+        try:
+            vector = gym.vector.SyncVectorEnv(
+                [lambda: gym.make(self.env_id) for _ in range(self.num_envs)],
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            )
+        except gym.error.Error as err:
+            raise RecurrenceError(f"gymnasium environment {self.env_id!r}: {err}") from None
+        spec = vector.envs[0].spec
+        limit = int(spec.max_episode_steps or 1000) if spec else 1000
+        return vector, vector.single_observation_space, vector.single_action_space, limit
+
+    def _reset_vector(self) -> np.ndarray:
+        obs, _ = self.vector.reset(seed=self.seed)
+        return obs
+
+    def _step_vector(self, action: np.ndarray):
+        """(obs, reward, terminated, truncated, final obs) with same-step resets: a finished
+        episode's obs is the next episode's first, its final obs the last of the finished."""
+        obs, reward, terminated, truncated, info = self.vector.step(action)
+        final = np.array(obs, copy=True)
+        for k in np.flatnonzero(info.get("_final_obs", np.zeros(self.num_envs, bool))):
+            final[k] = info["final_obs"][k]
+        return obs, reward, terminated, truncated, final
+
     # -- on the host --------------------------------------------------------------------------
     def host_reset(self) -> np.ndarray:
-        obs, _ = self.vector.reset(seed=self.seed)
-        return np.asarray(obs, "float32").reshape(self.num_envs, -1)
+        return np.asarray(self._reset_vector(), "float32").reshape(self.num_envs, -1)
 
     def host_step(self, action: np.ndarray) -> np.ndarray:
         if not self.discrete:
             action = np.clip(action, self._low, self._high)
-        obs, reward, terminated, truncated, info = self.vector.step(action)
-        obs = np.asarray(obs, "float32").reshape(self.num_envs, -1)
-        final = obs.copy()
-        for k in np.flatnonzero(info.get("_final_obs", np.zeros(self.num_envs, bool))):
-            final[k] = np.asarray(info["final_obs"][k], "float32").reshape(-1)
-        columns = [obs, reward[:, None], terminated[:, None], truncated[:, None], final]
+        obs, reward, terminated, truncated, final = self._step_vector(action)
+        columns = [np.asarray(obs, "float32").reshape(self.num_envs, -1), reward[:, None],
+                   terminated[:, None], truncated[:, None],
+                   np.asarray(final, "float32").reshape(self.num_envs, -1)]  # fmt: skip
         return np.concatenate([np.asarray(c, "float32") for c in columns], axis=1)
 
     # -- in the program -------------------------------------------------------------------------

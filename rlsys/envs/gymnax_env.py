@@ -115,6 +115,8 @@ class _Packed:
 class GymnaxEnv:
     """A gymnax environment by id, e.g. GymnaxEnv("CartPole-v1")."""
 
+    in_graph = True  # its state is a tensor of the program
+
     def __init__(self, env_id: str) -> None:
         env, params, _ = _environment(env_id)
         self.env_id = env_id
