@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.passes.cse import eliminate_common_subexpressions
 from rlsys.compiler.passes.dce import eliminate_dead_code
+from rlsys.compiler.passes.domain import reduce_domains
 from rlsys.compiler.passes.fold_index import fold_identity_index
 from rlsys.compiler.passes.verify import verify
 
@@ -21,6 +22,7 @@ Pass = Callable[[Graph], Graph]
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("dead-code elimination", eliminate_dead_code),
     ("fold identity index", fold_identity_index),
+    ("domain reduction", reduce_domains),
     ("common-subexpression elimination", eliminate_common_subexpressions),
     ("dead-code elimination (after cse)", eliminate_dead_code),
 )
