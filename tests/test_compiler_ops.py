@@ -61,6 +61,7 @@ EXAMPLES = {
     "min": lambda: _x().min(),
     "std": lambda: _x().std(),
     "cumsum": lambda: _x().cumsum(),
+    "linear_recurrence": lambda: _x().linear_recurrence(_x() * 0.5, reverse=False),
     "argmax": lambda: _x().argmax(),
     "discounted_cum_sum": lambda: _x().discounted_cum_sum(0.9, done=_x() > 0.5),
     "matmul": lambda: _x() @ rt.const(np.arange(6, dtype="float32").reshape(3, 2)),

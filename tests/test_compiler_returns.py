@@ -31,10 +31,34 @@ def test_discounted_cum_sum_with_dones_equals_a_reverse_loop(horizon: int, gamma
         ret[t] = r + gamma * (1.0 - d) * ret[t + 1]
         prog.output("recurrence", ret)
         prog.output("op", r[0:T].discounted_cum_sum(gamma, done=d[0:T]))
+        prog.output("linear", r[0:T].linear_recurrence(gamma * (1.0 - d[0:T])))
     out = prog.compile(bounds={T: horizon}).run({"r": rewards, "d": dones})
     expected = reverse_loop_returns(rewards, dones, gamma)
     np.testing.assert_allclose(out["recurrence"], expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["op"], expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["linear"], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["ref", "jax"])
+def test_linear_recurrence_forward_and_backward(backend: str) -> None:
+    rng = np.random.default_rng(3)
+    x, a = rng.normal(size=(2, 9)).astype("float32"), rng.uniform(-1, 1, (2, 9)).astype("float32")
+    prog = rt.Program(dims=("b",))
+    with prog:
+        xs, as_ = rt.input("x", shape=(9,)), rt.input("a", shape=(9,))
+        prog.output("backward", xs.linear_recurrence(as_))
+        prog.output("forward", xs.linear_recurrence(as_, reverse=False))
+        prog.output("constant", xs.linear_recurrence(0.5, reverse=False))
+    out = prog.compile(bounds={"B": 2}, backend=backend).run({"x": x, "a": a})
+    backward, forward, constant = np.zeros_like(x), np.zeros_like(x), np.zeros_like(x)
+    for k in range(9):
+        forward[:, k] = a[:, k] * (forward[:, k - 1] if k else 0.0) + x[:, k]
+        constant[:, k] = 0.5 * (constant[:, k - 1] if k else 0.0) + x[:, k]
+    for k in reversed(range(9)):
+        backward[:, k] = a[:, k] * (backward[:, k + 1] if k < 8 else 0.0) + x[:, k]
+    np.testing.assert_allclose(out["backward"], backward, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["forward"], forward, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["constant"], constant, rtol=1e-5, atol=1e-6)
 
 
 def cleanrl_gae(rewards, values, next_values, terminated, dones, gamma, lam):

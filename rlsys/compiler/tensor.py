@@ -222,6 +222,15 @@ class RecurrentTensor:
         return self.program.apply("discounted_cum_sum", [self, done], gamma=float(gamma),
                                   axis=axis)  # fmt: skip
 
+    def linear_recurrence(self, a: Operand, axis: int = 0, reverse: bool = True):
+        """y[k] = a[k] * y[k+1] + x[k] along spatial `axis` (from the end; `reverse=False`:
+        y[k] = a[k] * y[k-1] + x[k] from the start), as a parallel scan. Returns, GAE and
+        TD(lambda) are such recurrences: e.g. a = gamma * lambda * (1 - done)."""
+        a = lift(self.program, a)
+        if a.shape != self.shape:  # e.g. a constant discount
+            a = a.broadcast_to(self.shape)
+        return self.program.apply("linear_recurrence", [self, a], axis=axis, reverse=reverse)
+
     def reshape(self, *shape: int) -> RecurrentTensor:
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
         return self._unary("reshape", shape=tuple(int(n) for n in shape))

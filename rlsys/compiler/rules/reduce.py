@@ -51,6 +51,20 @@ def _discounted_cum_sum(x, done=None, *, gamma: float, axis: int = 0):
     return jnp.moveaxis(ys, 0, axis)
 
 
+def _linear_recurrence(x, a, *, axis: int = 0, reverse: bool = True):
+    """y[k] = a[k] * y[k+1] + x[k] along `axis` (y past the end = 0); with reverse=False,
+    y[k] = a[k] * y[k-1] + x[k]. A parallel (associative) scan: composing two steps
+    y -> a1 y + b1 then y -> a2 y + b2 gives y -> (a2 a1) y + (a2 b1 + b2)."""
+    x, a = jnp.moveaxis(x, axis, 0), jnp.moveaxis(a, axis, 0).astype(x.dtype)
+
+    def compose(earlier, later):
+        (a1, b1), (a2, b2) = earlier, later
+        return a2 * a1, a2 * b1 + b2
+
+    _, y = jax.lax.associative_scan(compose, (a, x), reverse=reverse)
+    return jnp.moveaxis(y, 0, axis)
+
+
 def _argmax_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     (x,) = types
     (axis,) = normalize_axes("argmax", params.get("axis", -1), len(x.shape))
@@ -79,6 +93,7 @@ for _name, _fn in REDUCTIONS.items():
     register(_name, _reduce(_name), _fn)
 register("cumsum", _along_axis("cumsum"), lambda x, axis=0: jnp.cumsum(x, axis=axis))
 register("discounted_cum_sum", _along_axis("discounted_cum_sum"), _discounted_cum_sum)
+register("linear_recurrence", _along_axis("linear_recurrence"), _linear_recurrence)
 register("matmul", _matmul_infer, jnp.matmul)
 register("argmax", _argmax_infer, lambda x, axis=-1: jnp.argmax(x, axis=axis).astype("int32"))
 register("softmax", _softmax_infer, lambda x, axis=-1: jax.nn.softmax(x, axis=axis))
