@@ -32,7 +32,7 @@ from rlsys.compiler.index import Bound, Dim, Slice
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, largest_extent
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
-from rlsys.compiler.schedule import carried_offset, index_on, plan
+from rlsys.compiler.schedule import carried_offset, index_on, is_same_point, plan
 
 
 @dataclass
@@ -112,6 +112,8 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
     """
     producer = ctx.graph[edge.node]
     value, window_shift = _source_of(ctx, edge)
+    if _reads_same_points(producer, edge, value, window_shift, vector_dims):
+        return value.array, value.axes  # no gather: XLA does not always see through one
     slices = [i for i in edge.index if isinstance(i, Slice)]
     env = _coordinate_env(ctx, vector_dims, len(slices))
     rank = len(vector_dims) + len(slices)
@@ -139,8 +141,11 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
             [1] * rank if np.ndim(index) == 0 else np.shape(index)))  # fmt: skip
     array = value.array
     if indices:
-        full = [jnp.broadcast_to(i, np.broadcast_shapes(*(np.shape(j) for j in indices)))
-                for i in indices]  # fmt: skip
+        # Every dim the read varies along gets its whole extent, even where the indices
+        # happen not to vary along it (the stop of `x[0:t + 1]` only sets the padded length).
+        varying = tuple(ctx.extent(d) if d in present else 1 for d in vector_dims)
+        shape = np.broadcast_shapes(varying + (1,) * len(slices), *(np.shape(j) for j in indices))
+        full = [jnp.broadcast_to(i, shape) for i in indices]
         array = array[tuple(full)]
         if array.ndim - len(full[0].shape) < value.array.ndim - len(indices):
             raise RecurrenceError("internal: gather lost spatial axes")
@@ -148,6 +153,15 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
         array = jnp.squeeze(array, axis=squeeze) if squeeze else array
     order = tuple(d for d in vector_dims if d in present)
     return array, order
+
+
+def _reads_same_points(producer: Node, edge: Edge, value: Value, window_shift, vector_dims):
+    """Whether the read is `x[b, t]` of an x stored over vector dims (b, t), at the current
+    index of every loop dim (or of its window): the value as it is."""
+    return all(
+        d in window_shift or (is_same_point(item, d) and (d in vector_dims or d not in value.axes))
+        for d, item in zip(producer.domain, edge.index, strict=True)
+    )
 
 
 def _slice_length(ctx: Context, producer: Node, item: Slice) -> int:
