@@ -28,7 +28,7 @@ from jax.experimental import io_callback
 
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.index import Bound, Dim, Slice
+from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, largest_extent
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
@@ -63,12 +63,15 @@ class Context:
     outputs: frozenset[int] = frozenset()
     grad_reads: dict[int, frozenset[int]] = field(default_factory=dict)
     consumers: dict[int, list[int]] = field(default_factory=dict)
+    # loss node -> the gradient of it computed at the same loop level: both come from one
+    # vjp, so the forward pass runs once (as with jax.value_and_grad), not twice.
+    loss_grads: dict[int, int] = field(default_factory=dict)
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
-                       self.grad_reads, self.consumers)  # fmt: skip
+                       self.grad_reads, self.consumers, self.loss_grads)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -112,8 +115,9 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
     """
     producer = ctx.graph[edge.node]
     value, window_shift = _source_of(ctx, edge)
-    if _reads_same_points(producer, edge, value, window_shift, vector_dims):
-        return value.array, value.axes  # no gather: XLA does not always see through one
+    direct = _direct_read(ctx, producer, edge, value, window_shift, vector_dims)
+    if direct is not None:
+        return direct
     slices = [i for i in edge.index if isinstance(i, Slice)]
     env = _coordinate_env(ctx, vector_dims, len(slices))
     rank = len(vector_dims) + len(slices)
@@ -155,13 +159,31 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
     return array, order
 
 
-def _reads_same_points(producer: Node, edge: Edge, value: Value, window_shift, vector_dims):
-    """Whether the read is `x[b, t]` of an x stored over vector dims (b, t), at the current
-    index of every loop dim (or of its window): the value as it is."""
-    return all(
-        d in window_shift or (is_same_point(item, d) and (d in vector_dims or d not in value.axes))
-        for d, item in zip(producer.domain, edge.index, strict=True)
-    )
+def _direct_read(ctx: Context, producer: Node, edge: Edge, value: Value, window_shift,
+                 vector_dims) -> tuple[Any, tuple] | None:  # fmt: skip
+    """The read without a gather, when every index entry is the current point (`x[b, t]`,
+    or a loop's own index) or a whole-range slice (`x[0:B]`): the stored value with its axes
+    reordered. None for other reads. (XLA does not always see through an iota gather.)"""
+    present, slice_axes = [], []
+    for dim, item in zip(producer.domain, edge.index, strict=True):
+        if dim in window_shift:
+            continue
+        stored = dim in value.axes
+        if isinstance(item, Slice):
+            whole = item.start.constant_value() == 0 and item.stop == as_expr(dim.bound)
+            if not (whole and stored):
+                return None
+            slice_axes.append(value.axes.index(dim))
+        elif not is_same_point(item, dim) or (stored and dim not in vector_dims):
+            return None
+        elif stored:
+            present.append(value.axes.index(dim))
+    order = present + slice_axes
+    array = value.array
+    if order != sorted(order):
+        rest = list(range(len(value.axes), array.ndim))
+        array = jnp.transpose(array, order + rest)
+    return array, tuple(value.axes[k] for k in present)
 
 
 def _slice_length(ctx: Context, producer: Node, item: Slice) -> int:
@@ -187,7 +209,11 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     if node.op == "merge":
         return _merge_value(ctx, node, vector_dims)
     if node.op == "grad":
-        return _grad_value(ctx, node)
+        return ctx.values.get(node.id) or _grad_value(ctx, node)
+    grad = ctx.loss_grads.get(node.id)
+    if grad is not None and ctx.graph[grad].inputs[1].node in ctx.values:
+        loss, ctx.values[grad] = _loss_and_grad(ctx, ctx.graph[grad])
+        return loss
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
     if RULES[node.op].host is not None:
         return _host_value(ctx, node, reads, vector_dims)
@@ -293,18 +319,30 @@ def _merge_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
 
 def _grad_value(ctx: Context, node: Node) -> Value:
     """Re-run the ops between param and loss as a function of param, under jax.grad."""
+    return _loss_and_grad(ctx, node)[1]
+
+
+def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
+    """The loss at every point and d(sum of them)/d param, from one vjp of the ops between
+    param and loss re-run as a function of param. Points are independent: their losses
+    add up."""
     loss_edge, param_edge = node.inputs
     loop_dims = tuple(ctx.loop_index)
     path = path_nodes(ctx.graph, param_edge.node, loss_edge.node, loop_dims)
     steps = plan(ctx.graph, path - {param_edge.node}, loop_dims)
     param = ctx.values[param_edge.node]
+    loss_axes: list[tuple] = []
 
     from rlsys.compiler.lower.jax_loop import run_steps  # loops run nodes, nodes run loops
 
     def loss_of(theta):
         inner = ctx.child()
+        inner.loss_grads = {}  # the loss here is the plain forward pass
         inner.values[param_edge.node] = Value(theta, param.axes)
         run_steps(inner, steps)
-        return jnp.sum(inner.values[loss_edge.node].array)  # points are independent: sum
+        loss_axes.append(inner.values[loss_edge.node].axes)
+        return inner.values[loss_edge.node].array
 
-    return Value(jax.grad(loss_of)(param.array), param.axes)
+    loss, pullback = jax.vjp(loss_of, param.array)
+    (grad,) = pullback(jnp.ones_like(loss))
+    return Value(loss, loss_axes[-1]), Value(grad, param.axes)

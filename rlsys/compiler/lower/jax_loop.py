@@ -93,14 +93,20 @@ class LoopPlan:
         window_axes = {m: _inner_axes(ctx.graph[m], loop_dims) for m in _window_sizes(ctx, loop)}
         return cls(ctx, loop, window_axes, _kept(ctx, loop), _streamed(ctx, loop))
 
-    def scan_inputs(self, indices) -> tuple[Any, dict[int, Any]]:
-        """The per-step inputs for the steps at `indices`: each index and the streamed
-        values' slices at it (the loop dim moved to the front)."""
+    def scan_inputs(self, first, size: int, reverse: bool = False) -> tuple[Any, dict]:
+        """The per-step inputs of `size` consecutive steps from index `first` (downwards
+        when `reverse`): each index, and the streamed values' slices at it (the loop dim
+        moved to the front). A slice, never a gather: the steps are contiguous."""
+        sign = -1 if reverse else 1
+        indices = first + sign * jnp.arange(size)
+        lowest = first - size + 1 if reverse else first
         slices = {}
         for node in self.streamed:
             value = self.ctx.values[node]
             axis = value.axes.index(self.loop.dim)
-            slices[node] = jnp.moveaxis(jnp.take(value.array, indices, axis=axis), axis, 0)
+            part = jax.lax.dynamic_slice_in_dim(value.array, lowest, size, axis=axis)
+            part = jnp.moveaxis(part, axis, 0)
+            slices[node] = jnp.flip(part, axis=0) if reverse else part
         return indices, slices
 
     def initial_carry(self) -> dict[int, Any]:
@@ -147,6 +153,6 @@ class LoopPlan:
 
 def run_loop(ctx: Context, loop: Loop) -> None:
     plan = LoopPlan.make(ctx, loop)
-    inputs = plan.scan_inputs(jnp.arange(ctx.extent(loop.dim)))
+    inputs = plan.scan_inputs(0, ctx.extent(loop.dim))
     _, stacked = jax.lax.scan(plan.body, plan.initial_carry(), inputs, reverse=loop.reverse)
     plan.store(stacked)

@@ -31,7 +31,7 @@ import numpy as np
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
-from rlsys.compiler.ir import Graph
+from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
@@ -64,12 +64,25 @@ def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]
     return reads
 
 
+def losses_with_gradients(graph: Graph, schedule: Schedule) -> dict[int, int]:
+    """Loss node -> a gradient node of it read at the same point, in the same loops."""
+    pairs = {}
+    for node in graph:
+        if node.op == "grad":
+            loss = node.inputs[0]
+            same_loops = schedule.loops_of.get(node.id) == schedule.loops_of.get(loss.node)
+            if same_loops and is_identity(loss, graph[loss.node]):
+                pairs.setdefault(loss.node, node.id)
+    return pairs
+
+
 def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> Context:
     ctx = Context(
         graph, bounds, inputs,
         outputs=frozenset(e.node for _, e in graph.outputs),
         grad_reads=gradient_reads(graph, schedule),
         consumers=graph.consumers(),
+        loss_grads=losses_with_gradients(graph, schedule),
     )  # fmt: skip
     ctx.values.update(values or {})
     return ctx
@@ -211,8 +224,7 @@ class JaxExecutable:
         """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
         plan = LoopPlan.make(ctx, self._loop)
-        step = -1 if self._loop.reverse else 1
-        return jax.lax.scan(plan.body, carry, plan.scan_inputs(start + step * jnp.arange(size)))
+        return jax.lax.scan(plan.body, carry, plan.scan_inputs(start, size, self._loop.reverse))
 
     def _epilogue(self, inputs, pre, stacked):
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))

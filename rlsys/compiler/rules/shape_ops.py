@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, promote, register
@@ -69,7 +70,7 @@ def _broadcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> 
 
 
 def _slice_point(x, *, axis: int, start: int, stop: int):
-    return jnp.take(x, jnp.arange(start, stop), axis=axis)
+    return jax.lax.slice_in_dim(x, start, stop, axis=axis % x.ndim)  # a slice, not a gather
 
 
 register("reshape", _reshape_infer, lambda x, shape: jnp.reshape(x, shape))
