@@ -50,9 +50,9 @@ FORMAT_VERSION = 1
 SUMMARY_FILE = "summary.json"
 
 NOTE = (
-    "Categories come only from what was recorded. This version records operations (automatic "
-    "and annotated), not Python/C-call boundaries, so thread time inside an operation that no "
-    "collector covered counts as python."
+    "Categories come from what was recorded: simulator = inside environment step/reset, "
+    "backend = inside outermost torch calls and jitted JAX calls/waits; thread time under "
+    "no recorded interval counts as python. CUDA API and GPU time are not collected yet."
 )
 
 
