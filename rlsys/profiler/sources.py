@@ -65,12 +65,15 @@ def environment(sources: Iterable[str]) -> dict[str, str]:
 def install_test_event_cost(environ: Mapping[str, str] | None = None) -> None:
     """Test only: with RLSYS_PROFILE_TEST_EVENT_COST_NS=N, every recorded event busy-waits N ns.
 
-    The calibration test injects a known cost this way and checks that it is recovered.
+    The calibration test injects a known cost this way and checks that it is recovered. N=0
+    installs the same wrapper without the wait: the test's baseline, so that the difference
+    between N and 0 is the wait alone, not the wrapper's own call.
     """
     environ = os.environ if environ is None else environ
-    cost = int(environ.get(TEST_EVENT_COST_ENV, "0") or 0)
-    if cost <= 0:
+    text = environ.get(TEST_EVENT_COST_ENV)
+    if not text:
         return
+    cost = int(text)
     from rlsys.trace.annotate import Recorder
 
     emit_raw = Recorder.emit_raw
