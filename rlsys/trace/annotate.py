@@ -256,6 +256,19 @@ def progress(steps: int, total: int | None = None) -> None:
         recorder.instant("progress", {"steps": steps, "total": total})
 
 
+def record_operation(name: str, start_ns: int, end_ns: int) -> None:
+    """Record operation `name` on this thread after the fact, from times of `clock_ns`.
+
+    For work whose boundaries are known only once it is done (e.g. the parts of a compiled
+    call, timed by its host callbacks). It must nest with this thread's other operations.
+    """
+    recorder = _Active.recorder
+    if recorder is not None:
+        state = recorder.thread_state()
+        region = _innermost_phase(state.stack)
+        recorder.emit_raw(name, _OPERATION, start_ns, end_ns, state.tid, region)
+
+
 def active_recorder() -> Recorder | None:
     return _Active.recorder
 

@@ -30,6 +30,7 @@ from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape
+from rlsys.compiler.lower.host_timing import HostCallLog
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, index_on, plan
 
@@ -62,12 +63,13 @@ class Context:
     outputs: frozenset[int] = frozenset()
     grad_reads: dict[int, frozenset[int]] = field(default_factory=dict)
     consumers: dict[int, list[int]] = field(default_factory=dict)
+    host_log: HostCallLog | None = None  # times host callbacks for the profiler
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
-                       self.grad_reads, self.consumers)  # fmt: skip
+                       self.grad_reads, self.consumers, self.host_log)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -193,8 +195,10 @@ def _host_value(ctx: Context, node: Node, reads, vector_dims, params) -> Value:
     extents = tuple(ctx.extent(d) for d in vector_dims)
     result = jax.ShapeDtypeStruct(extents + concrete_shape(node, ctx.bounds), node.dtype)
     host = partial(RULES[node.op].host, **params)
-    value = io_callback(lambda *xs: np.asarray(host(*xs), node.dtype), result, *arrays,
-                        ordered=True)  # fmt: skip
+    call = lambda *xs: np.asarray(host(*xs), node.dtype)  # noqa: E731
+    if ctx.host_log is not None:
+        call = ctx.host_log.timed(call)
+    value = io_callback(call, result, *arrays, ordered=True)
     return Value(value, vector_dims)
 
 

@@ -30,6 +30,7 @@ from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph
+from rlsys.compiler.lower.host_timing import HostCallLog
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.program import InputSpec, check_inputs
@@ -59,12 +60,14 @@ def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]
     return reads
 
 
-def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> Context:
+def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None,
+             host_log: HostCallLog | None = None) -> Context:  # fmt: skip
     ctx = Context(
         graph, bounds, inputs,
         outputs=frozenset(e.node for _, e in graph.outputs),
         grad_reads=gradient_reads(graph, schedule),
         consumers=graph.consumers(),
+        host_log=host_log,
     )  # fmt: skip
     ctx.values.update(values or {})
     return ctx
@@ -103,6 +106,7 @@ class JaxExecutable:
             raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
         self.iterations_per_call = iterations_per_call
         self.pass_timings: list = []
+        self._host_log = HostCallLog()  # operations inside each iteration call, when profiled
         abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in specs.items()}
         loops = [k for k, s in enumerate(schedule.steps)
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
@@ -156,7 +160,8 @@ class JaxExecutable:
 
     def _iterations(self, inputs, pre, carry, start, *, size: int):
         """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
-        ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
+        ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre),
+                       self._host_log)  # fmt: skip
         plan = LoopPlan.make(ctx, self._loop)
         step = -1 if self._loop.reverse else 1
         return jax.lax.scan(plan.body, carry, plan.scan_inputs(start + step * jnp.arange(size)))
@@ -196,7 +201,9 @@ class JaxExecutable:
         while done < extent:
             size = min(self.iterations_per_call, extent - done)
             start = extent - 1 - done if self._loop.reverse else done
+            began = self._host_log.begin()
             carry, values = self._calls[size](arrays, pre, carry, jnp.int32(start))
+            self._host_log.record(began, size, (carry, values))
             kept.append(values)
             done += size
             stop = on_iteration is not None and self._report(values, start, size, on_iteration)

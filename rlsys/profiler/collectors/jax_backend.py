@@ -27,6 +27,7 @@ time stays Python unless the caller annotates it (rlsys's own programs do).
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -170,5 +171,5 @@ def _wrap_array_waits() -> None:
 
     for name in _BLOCKING_METHODS:
         method = ArrayImpl.__dict__.get(name)
-        if callable(method):
+        if inspect.isfunction(method):  # plain Python methods only (others keep C semantics)
             setattr(ArrayImpl, name, _wrap_wait(method))
