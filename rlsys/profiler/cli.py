@@ -44,9 +44,11 @@ EXIT_USAGE = 2
 
 PROFILE_DESCRIPTION = (
     "Run any Python RL script under the profiler: `rlsys profile [options] -- python "
-    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3), policy inference "
-    "and backpropagation (PyTorch) are recorded as operations without editing the script; "
-    "the result folder holds summary.json, a Perfetto trace.json and breakdown.png."
+    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3, envpool), policy "
+    "inference and backpropagation (PyTorch, JAX) are recorded as operations without "
+    "editing the script, each split into Python / simulator / ML backend time; the result "
+    "folder holds summary.json, a Perfetto trace.json and breakdown.png. --calibrate "
+    "measures and subtracts the profiler's own cost."
 )
 REPORT_DESCRIPTION = (
     "Print the table of a profile (`rlsys report DIR`) or compare two profiles operation by "

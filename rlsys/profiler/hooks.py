@@ -75,11 +75,13 @@ BACKPROPAGATION = "backpropagation"
 
 OPERATIONS: dict[str, str] = {
     SIMULATION: "gymnasium (and gym) Env.step/reset and VectorEnv.step/reset in every "
-    "subclass; Stable-Baselines3 VecEnv.step/step_wait/reset in every subclass",
+    "subclass; Stable-Baselines3 VecEnv.step/step_wait/reset in every subclass; envpool "
+    "step/reset/send/recv",
     INFERENCE: "the outermost torch.nn.Module call made while gradients are disabled "
-    "(torch.no_grad, torch.inference_mode)",
+    "(torch.no_grad, torch.inference_mode); jitted JAX calls whose tracing took no gradient",
     BACKPROPAGATION: "torch.autograd.backward (Tensor.backward), torch.autograd.grad and "
-    "torch.optim.Optimizer.step in every subclass",
+    "torch.optim.Optimizer.step in every subclass; jitted JAX calls whose tracing called "
+    "jax.grad, jax.value_and_grad or jax.vjp",
 }
 """The automatic operations: name -> the calls that become that operation."""
 
@@ -262,7 +264,9 @@ def _patch_envpool_gymnasium(module: ModuleType, sources: frozenset[str]) -> Non
 
 
 def _patch_torch(torch: ModuleType, sources: frozenset[str]) -> None:
-    if _sources.CCALLS in sources:
+    if _sources.CCALLS in sources and active_recorder() is not None:
+        # A pushed mode costs every torch call a Python dispatch, even when it records
+        # nothing: only while recording, never in a program that merely has the hooks.
         torch_backend.install(torch)
     if _sources.ANNOTATIONS not in sources:
         return

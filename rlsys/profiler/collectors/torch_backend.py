@@ -45,21 +45,32 @@ def _mode_class(torch: ModuleType) -> type:
     base = torch.overrides.TorchFunctionMode
 
     class BackendIntervals(base):  # type: ignore[misc, valid-type]
-        """Records one BACKEND event per outermost torch call while a recorder is active."""
+        """Records one BACKEND event per outermost torch call while a recorder is active.
+
+        Per call it pays two clock reads and one `emit_raw`; what depends only on the
+        recorder (its clock, this thread's id) is looked up once per recorder, not per call.
+        """
+
+        recorder: Any = None
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
             recorder = active_recorder()
-            if kwargs is None:
-                kwargs = {}
             if recorder is None:
-                return func(*args, **kwargs)
-            clock = recorder.clock
+                return func(*args, **kwargs) if kwargs else func(*args)
+            if recorder is not self.recorder:
+                self._bind(recorder)
+            clock = self.clock
             start = clock()
             try:
-                return func(*args, **kwargs)
+                return func(*args, **kwargs) if kwargs else func(*args)
             finally:
-                end = clock()
-                name = getattr(func, "__name__", "torch")
-                recorder.emit_raw(name, BACKEND, start, end, recorder.thread_state().tid)
+                self.emit(getattr(func, "__name__", "torch"), BACKEND, start, clock(), self.tid)
+
+        def _bind(self, recorder: Any) -> None:
+            # A new recorder: the first one, or a forked child's (whose thread id differs).
+            self.recorder = recorder
+            self.clock = recorder.clock
+            self.emit = recorder.emit_raw
+            self.tid = recorder.thread_state().tid
 
     return BackendIntervals
