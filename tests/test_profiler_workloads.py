@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from rlsys.cli import main
 from rlsys.profiler.summary import load_summary
 
@@ -36,6 +38,16 @@ SPINNING_ENV = """
     env.reset(seed=0)
     for _ in range(100):
         env.step(0)
+"""
+
+ENVPOOL_LOOP = """
+    import envpool
+    import numpy as np
+
+    env = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4)
+    env.reset()
+    for _ in range(100):
+        env.step(np.zeros(4, dtype=np.int32))
 """
 
 JAX_LOOP = """
@@ -121,6 +133,13 @@ def test_an_environment_spinning_1ms_per_step_is_simulation(tmp_path: Path) -> N
     assert simulation["calls"] == 101  # 100 steps and the reset; the wrapper's are inside
     assert simulation["categories"]["simulator"] >= 0.95 * simulation["seconds"]
     assert simulation["events"]["simulator"] == 101  # one interval per outermost call
+
+
+def test_envpool_steps_are_simulation(tmp_path: Path) -> None:
+    pytest.importorskip("envpool")
+    simulation = profile(tmp_path, ENVPOOL_LOOP)["operations"]["simulation"]
+    assert simulation["calls"] == 101  # step's own send/recv are inside it
+    assert simulation["categories"]["simulator"] > 0
 
 
 def test_a_plain_jax_loop(tmp_path: Path) -> None:
