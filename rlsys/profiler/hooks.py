@@ -295,8 +295,12 @@ def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[...
 
     @functools.wraps(call)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Inside torch.compile's tracing, annotating would only cost graph breaks.
-        if is_grad_enabled() or INFERENCE in _OPEN.names or is_compiling():
+        # Nothing recording: one call, so that a program with the hooks but no recorder pays
+        # almost nothing. Inside torch.compile's tracing, annotating would only cost graph
+        # breaks.
+        if active_recorder() is None or is_grad_enabled() or INFERENCE in _OPEN.names:
+            return call(self, *args, **kwargs)
+        if is_compiling():
             return call(self, *args, **kwargs)
         return _call_as(INFERENCE, call, self, *args, **kwargs)
 
