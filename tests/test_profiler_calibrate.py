@@ -121,6 +121,22 @@ def test_noise_that_makes_a_cost_negative_is_clamped_and_reported() -> None:
     assert any("no ccalls events" in w for w in calibration.warnings)
 
 
+def test_estimates_that_vary_between_rounds_are_reported() -> None:
+    runs = []
+    for extra_ns in (100_000, 500_000):  # 1 us and 5 us per event in two rounds
+        runs += [
+            Run("none", 1_000_000, {}),
+            Run("annotations", 1_000_000 + extra_ns, {"annotations": 100}),
+            Run("annotations+ccalls", 1_000_000 + extra_ns, {"annotations": 100, "ccalls": 10}),
+        ]
+    calibration = calibrate.estimate(runs)
+    assert calibration.round_cost_ns["annotations"] == (1_000, 5_000)
+    assert calibration.cost_ns["annotations"] == 3_000  # the median of the two rounds
+    assert any("annotations cost varies from 1000 to 5000" in w for w in calibration.warnings)
+    steady = calibrate.estimate(runs[:3] + runs[:3])
+    assert not any("varies" in w for w in steady.warnings)
+
+
 def test_a_missing_configuration_is_a_clear_error() -> None:
     with pytest.raises(calibrate.CalibrationError, match="no run of configuration 'none'"):
         calibrate.estimate([Run("annotations", 1, {"annotations": 1})])

@@ -10,7 +10,7 @@ Method. Run the same command (the same iteration budget) R times in each configu
 alternating configurations (A B C A B C ...) so that slow drifts of a shared machine hit them
 alike; each configuration switches on one more source than the one before:
 
-    none                 no bootstrap at all: the uninstrumented wall time T0
+    none                 no bootstrap at all: the uninstrumented run time T0
     annotations          operations only (automatic and the user's): T1, N1 OPERATION events
     annotations+ccalls   plus C-call intervals: T2, N2 SIMULATOR + BACKEND events
                          (N1' OPERATION events in this configuration)
@@ -28,9 +28,11 @@ command (user + system, its child processes included) by default, not its wall t
 profiler's bookkeeping is CPU work, and on a shared machine other programs change a run's
 wall time far more than its CPU time (`basis="wall"` uses wall time; both are kept). As a
 bonus, CPU time adds the overhead of parallel worker processes, which their events count
-too, where wall time would see only the critical path. A cost that noise makes
-negative is clamped to zero and reported. The "gpu" source (CUDA API, kernels) has no
-configuration yet: without a GPU it records nothing.
+too, where wall time would see only the critical path. A cost that noise makes negative is
+clamped to zero and reported. The "gpu" source (CUDA API, kernels) has no configuration
+yet: without a GPU it records nothing. The estimate is only as good as the differences are
+large against run-to-run noise: the command's startup and imports are in every run, so a
+short command on a busy machine needs more `--calibration-runs`.
 
 Correction. For each operation, each recorded event e whose bookkeeping ran in it removes
 cost[source(e.category)] from its wall time (`Times.cost_events` holds these counts per
@@ -38,8 +40,8 @@ category: an interval event counts where it starts; an operation counts in the o
 around it, since its own enter/exit bookkeeping runs just outside its interval). The
 bookkeeping runs in the interpreter, around the event's boundaries, so the removed time is
 taken from the operation's Python time first and, once that is used up, from the event's own
-category. The corrected total is the profiled command's wall time less the
-cost of all its events; `bias` = corrected / uninstrumented - 1 says how well the correction
+category. The corrected total is the profiled command's wall time less the cost of all its
+events; `bias` = corrected / uninstrumented - 1 says how well the correction
 did (RL-Scope reports this too), `inflation` = profiled / uninstrumented how much the
 profiler slowed the program.
 
@@ -111,6 +113,7 @@ class Calibration:
     events: Mapping[str, Mapping[str, float]]  # configuration -> source -> median events
     cost_ns: Mapping[str, float]  # source -> cost per event (clamped at 0)
     raw_cost_ns: Mapping[str, float]  # source -> estimate before clamping
+    round_cost_ns: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # per round
     basis: str = "cpu"  # the run time the costs come from: "cpu" or "wall"
     created: str = ""
     version: int = CALIBRATION_VERSION
@@ -127,6 +130,7 @@ class Calibration:
         values = dict(data)
         values["command"] = tuple(values["command"])
         values["warnings"] = tuple(values.get("warnings", ()))
+        values["round_cost_ns"] = {k: tuple(v) for k, v in values.get("round_cost_ns", {}).items()}
         return cls(**values)
 
 
@@ -166,6 +170,7 @@ def estimate(
     first = configurations[0][0]
     raw: dict[str, float] = {}
     warnings: list[str] = []
+    rounds: dict[str, tuple[float, ...]] = {}
     previous: tuple[str, ...] = ()
     for name, enabled in configurations[1:]:
         (new,) = set(enabled) - set(previous)
@@ -177,8 +182,15 @@ def estimate(
             if count > 0:
                 known = sum(raw[s] * run.events.get(s, 0) for s in previous)
                 per_round.append((_time(run, basis) - _time(base, basis) - known) / count)
+        rounds[new] = tuple(per_round)
         if per_round:
             raw[new] = statistics.median(per_round)
+            if _unsteady(per_round):
+                warnings.append(
+                    f"the {new} cost varies from {min(per_round):.0f} to {max(per_round):.0f} "
+                    "ns/event between rounds: run-to-run noise is as large as the signal; "
+                    "more --calibration-runs (or a longer run, a quieter machine) will help"
+                )
         else:
             raw[new] = 0.0
             warnings.append(f"no {new} events were recorded: its cost is unknown, taken as 0")
@@ -200,10 +212,17 @@ def estimate(
         events=events,
         cost_ns=cost,
         raw_cost_ns=raw,
+        round_cost_ns=rounds,
         created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         basis=basis,
         warnings=tuple(warnings),
     )
+
+
+def _unsteady(values: Sequence[float]) -> bool:
+    """Whether per-round estimates spread by more than their median (half-range > median/2)."""
+    middle = statistics.median(values)
+    return len(values) > 1 and (max(values) - min(values)) / 2 > abs(middle) / 2
 
 
 def _time(run: Run, basis: str) -> int:

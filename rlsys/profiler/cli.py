@@ -76,8 +76,8 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         "cached) and report times corrected for it",
     )  # fmt: skip
     parser.add_argument(
-        "--calibration-runs", type=int, default=3, metavar="N",
-        help="runs of the command per calibration configuration (default 3; medians)",
+        "--calibration-runs", type=int, default=5, metavar="N",
+        help="runs of the command per calibration configuration (default 5; medians)",
     )  # fmt: skip
     parser.add_argument(
         "--recalibrate", action="store_true",
