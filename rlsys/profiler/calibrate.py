@@ -20,10 +20,12 @@ how many there were, for each round r of back-to-back runs; its median over the 
 the estimate (pairing runs of one round cancels the slow drifts of a shared machine):
 
     cost[annotations] = median_r (T1[r] - T0[r]) / N1[r]
-    cost[ccalls]      = median_r (T2[r] - T0[r] - cost[annotations] * N1'[r]) / N2[r]
+    cost[ccalls]      = median_r (T2[r] - T1[r] - cost[annotations] * (N1'[r] - N1[r])) / N2[r]
 
-(the general rule: configuration k's time, less T0 and the already-known costs of the other
-sources' events in that run, over its new source's event count). T is the CPU time of the
+(the general rule: configuration k's time less configuration k-1's in the same round, less
+the known costs of the events of the other sources that k recorded more than k-1, over k's
+new source's event count; the error of one source's estimate then does not leak into the
+next one's). T is the CPU time of the
 command (user + system, its child processes included) by default, not its wall time: the
 profiler's bookkeeping is CPU work, and on a shared machine other programs change a run's
 wall time far more than its CPU time (`basis="wall"` uses wall time; both are kept). As a
@@ -172,15 +174,19 @@ def estimate(
     warnings: list[str] = []
     rounds: dict[str, tuple[float, ...]] = {}
     previous: tuple[str, ...] = ()
+    before = first
     for name, enabled in configurations[1:]:
         (new,) = set(enabled) - set(previous)
-        # Pair each run with the baseline run of the same round (they ran back to back, so a
-        # shared machine's slow drifts cancel); the median over rounds resists outliers.
+        # Pair each run with the previous configuration's run of the same round (they ran
+        # back to back, so a shared machine's slow drifts cancel, and the other sources'
+        # events, the same in both, cancel too); the median over rounds resists outliers.
         per_round = []
-        for base, run in zip(by_config[first], by_config[name], strict=False):
+        for base, run in zip(by_config[before], by_config[name], strict=False):
             count = run.events.get(new, 0)
             if count > 0:
-                known = sum(raw[s] * run.events.get(s, 0) for s in previous)
+                known = sum(
+                    raw[s] * (run.events.get(s, 0) - base.events.get(s, 0)) for s in previous
+                )
                 per_round.append((_time(run, basis) - _time(base, basis) - known) / count)
         rounds[new] = tuple(per_round)
         if per_round:
@@ -194,7 +200,7 @@ def estimate(
         else:
             raw[new] = 0.0
             warnings.append(f"no {new} events were recorded: its cost is unknown, taken as 0")
-        previous = enabled
+        previous, before = enabled, name
     cost = {s: max(0.0, c) for s, c in raw.items()}
     for source, value in raw.items():
         if value < 0:
