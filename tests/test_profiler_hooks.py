@@ -159,7 +159,9 @@ def test_the_finder_patches_a_watched_module_once_after_it_runs(
 ) -> None:
     (tmp_path / "rlsys_fake_watched.py").write_text("VALUE = 1\n")
     seen = []
-    monkeypatch.setattr(hooks, "_PATCHES", {"rlsys_fake_watched": lambda m: seen.append(m.VALUE)})
+    monkeypatch.setattr(
+        hooks, "_PATCHES", {"rlsys_fake_watched": lambda m, sources: seen.append(m.VALUE)}
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.meta_path.insert(0, hooks._FINDER)
     try:

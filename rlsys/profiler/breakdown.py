@@ -269,16 +269,28 @@ class _Accumulator:
         """Count each event in the operation its thread (else the main thread) is in at its start.
 
         Calls of an operation are its events; instants count in the operation around them.
+        `cost_events` count an operation in the one around it (open just before its start).
         """
         main = lines.get(self.main_tid) if self.main_tid is not None else None
         for e in events:
-            owner = None if _on_device(e) else lines[e.tid].at(e.start_ns)
-            if owner is None and main is not None:
-                owner = main.at(e.start_ns)
-            self.times(owner or NO_OPERATION).events[str(e.category)] += 1
+            category = str(e.category)
+            owner = self._owner(e, e.start_ns, lines, main)
+            self.times(owner).events[category] += 1
+            if _owns_time(e):
+                owner = self._owner(e, e.start_ns - 1, lines, main)
+            self.times(owner).cost_events[category] += 1
         for line in lines.values():
             for name, calls in line.calls.items():
                 self.times(name).calls += calls
+
+    @staticmethod
+    def _owner(
+        e: Event, time: int, lines: dict[int, _OperationTimeline], main: _OperationTimeline | None
+    ) -> str:
+        owner = None if _on_device(e) else lines[e.tid].at(time)
+        if owner is None and main is not None:
+            owner = main.at(time)
+        return owner or NO_OPERATION
 
 
 def _parse(active: frozenset) -> tuple[set[int], dict[int, str], dict[int, set[Category]], bool]:

@@ -13,7 +13,14 @@ recording on and automatic operations (`rlsys.profiler.hooks`), then writes into
     report.html         table, plot and verdict on one self-contained page
     gpu_util.png        where a GPU was found (NVML): true GPU-busy time vs polled utilization
 
-and prints the per-operation table. Its exit code is the command's (128+N if a signal N
+and prints the per-operation table.
+
+`--calibrate` first measures what the profiler costs this command (`rlsys.profiler.calibrate`:
+`--calibration-runs N` runs of the command in each of three configurations, cached per
+machine and command, `--recalibrate` to measure again), then profiles it and reports each
+operation and the total corrected for that cost, next to the uninstrumented time.
+
+Its exit code is the command's (128+N if a signal N
 ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
 be started or the arguments are wrong.
 
@@ -32,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlsys.profiler.calibrate import CalibrationError
 from rlsys.profiler.collectors.gpu_tracing import GPU_ENV
 from rlsys.profiler.collectors.nvml import start_sampler
 from rlsys.profiler.launch import CommandError, child_environment, run_child
@@ -41,9 +49,11 @@ EXIT_USAGE = 2
 
 PROFILE_DESCRIPTION = (
     "Run any Python RL script under the profiler: `rlsys profile [options] -- python "
-    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3), policy inference "
-    "and backpropagation (PyTorch) are recorded as operations without editing the script; "
-    "the result folder holds summary.json, a Perfetto trace.json and breakdown.png."
+    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3, envpool), policy "
+    "inference and backpropagation (PyTorch, JAX) are recorded as operations without "
+    "editing the script, each split into Python / simulator / ML backend time; the result "
+    "folder holds summary.json, a Perfetto trace.json and breakdown.png. --calibrate "
+    "measures and subtracts the profiler's own cost."
 )
 REPORT_DESCRIPTION = (
     "Print the table of a profile (`rlsys report DIR`) or compare two profiles operation by "
@@ -66,6 +76,19 @@ def _fail(err: BaseException, hint: str | None = None) -> int:
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--calibrate", action="store_true",
+        help="measure the profiler's cost per event on this command (differential runs, "
+        "cached) and report times corrected for it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibration-runs", type=int, default=5, metavar="N",
+        help="runs of the command per calibration configuration (default 5; medians)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--recalibrate", action="store_true",
+        help="with --calibrate: measure again instead of using the cached calibration",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-seconds", type=float, default=None, metavar="S",
         help="stop the command (SIGINT) after S seconds and keep the partial profile",
     )  # fmt: skip
@@ -87,7 +110,7 @@ def run_profile(args: argparse.Namespace) -> int:
         return _profile(args)
     except _UsageError as err:
         return _fail(err, err.hint)
-    except CommandError as err:
+    except (CommandError, CalibrationError) as err:
         return _fail(err)
 
 
@@ -129,6 +152,7 @@ def _profile(args: argparse.Namespace) -> int:
     except OSError as err:
         raise _UsageError(f"cannot create {trace_dir}: {err.strerror or err}") from None
 
+    calibration = _calibration(command, args) if args.calibrate else None
     sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
     environment = child_environment(trace_dir)
     environment.pop(GPU_ENV, None)
@@ -149,11 +173,42 @@ def _profile(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return exit_code or EXIT_USAGE
-    return _write_profile(session, out, command, child, exit_code, args.quiet, samples)
+    return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
+                          calibration)  # fmt: skip
+
+
+def _calibration(command: list[str], args: argparse.Namespace):
+    """The cached calibration of `command`, or a new one (cached); one line per run to stderr."""
+    from rlsys.profiler import calibrate
+
+    if args.calibration_runs < 1:
+        raise _UsageError(f"--calibration-runs must be at least 1, not {args.calibration_runs}")
+    if args.max_seconds is not None:
+        raise _UsageError(
+            "--calibrate needs the command to run to its end (the same work in every run)",
+            hint="drop --max-seconds, or make the command itself shorter",
+        )
+    if not args.recalibrate:
+        cached = calibrate.load_cached(command)
+        if cached is not None:
+            print(f"rlsys profile: using the cached calibration "
+                  f"({calibrate.cache_path(command)})", file=sys.stderr)  # fmt: skip
+            return cached
+
+    def report(run) -> None:
+        print(f"rlsys profile: calibration run {run.configuration}: "
+              f"{run.wall_ns / 1e9:.3f} s, events {dict(run.events)}", file=sys.stderr)  # fmt: skip
+
+    calibration = calibrate.calibrate(command, args.calibration_runs, on_run=report)
+    path = calibrate.save_cached(calibration)
+    for warning in calibration.warnings:
+        print(f"rlsys profile: calibration: {warning}", file=sys.stderr)
+    print(f"rlsys profile: calibration saved in {path}", file=sys.stderr)
+    return calibration
 
 
 def _write_profile(session, out: Path, command: list[str], child, exit_code: int,
-                   quiet: bool, samples: list) -> int:  # fmt: skip
+                   quiet: bool, samples: list, calibration=None) -> int:  # fmt: skip
     from rlsys.profiler.breakdown import ProfileError, breakdown
     from rlsys.profiler.gpu import add_gpu_section
     from rlsys.profiler.render import console, plot_breakdown, print_summary
@@ -172,6 +227,7 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
         exit_code=child.exit_code,
         stopped_by=child.stopped_by,
         wall_seconds=child.wall_seconds,
+        calibration=calibration,
     )
     add_gpu_section(summary, session, samples, out)
     write_summary(summary, out)

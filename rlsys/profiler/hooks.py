@@ -14,12 +14,19 @@ edit to its code (one table, `OPERATIONS`, names them all):
     backpropagation  `torch.autograd.backward` (hence `Tensor.backward`), `torch.autograd.grad`
                      and the `step` of every `torch.optim.Optimizer` subclass
 
+Also envpool's `step`/`reset`/`send`/`recv` (simulation), and jitted JAX calls (inference or
+backpropagation, by whether their tracing differentiated: `collectors/jax_backend.py`).
+
 Only the outermost call of a kind is an operation: a wrapper's `step` that calls the wrapped
 environment's `step` (or a user's own `rlsys.operation("simulation")` around `env.step`) gives
 one "simulation", not three nested ones. Other kinds nest normally (an environment that runs
-a network inside `step` gives "inference" inside "simulation"). JAX programs get no automatic
-operations yet (a jitted policy has no call boundary to wrap that is not also the training
-step); they are profiled through their gymnasium calls and the user's own annotations.
+a network inside `step` gives "inference" inside "simulation").
+
+C-call intervals (the "ccalls" source, `rlsys.profiler.sources`): the same environment
+wrapper also records one SIMULATOR interval per outermost environment call (even inside the
+user's own "simulation" annotation); torch and JAX get BACKEND intervals from
+`rlsys.profiler.collectors`. `install(sources)` chooses which of operations and intervals
+the patches record (calibration switches them separately).
 
 How patching is triggered, without importing anything: `install()` puts `_PostImportFinder`
 first on `sys.meta_path`. Python asks each meta-path finder in turn for the spec of every
@@ -58,7 +65,9 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from rlsys.trace import active_recorder, operation
+from rlsys.profiler import sources as _sources
+from rlsys.profiler.collectors import jax_backend, torch_backend
+from rlsys.trace import Category, active_recorder, operation
 
 SIMULATION = "simulation"
 INFERENCE = "inference"
@@ -66,11 +75,13 @@ BACKPROPAGATION = "backpropagation"
 
 OPERATIONS: dict[str, str] = {
     SIMULATION: "gymnasium (and gym) Env.step/reset and VectorEnv.step/reset in every "
-    "subclass; Stable-Baselines3 VecEnv.step/step_wait/reset in every subclass",
+    "subclass; Stable-Baselines3 VecEnv.step/step_wait/reset in every subclass; envpool "
+    "step/reset/send/recv",
     INFERENCE: "the outermost torch.nn.Module call made while gradients are disabled "
-    "(torch.no_grad, torch.inference_mode)",
+    "(torch.no_grad, torch.inference_mode); jitted JAX calls whose tracing took no gradient",
     BACKPROPAGATION: "torch.autograd.backward (Tensor.backward), torch.autograd.grad and "
-    "torch.optim.Optimizer.step in every subclass",
+    "torch.optim.Optimizer.step in every subclass; jitted JAX calls whose tracing called "
+    "jax.grad, jax.value_and_grad or jax.vjp",
 }
 """The automatic operations: name -> the calls that become that operation."""
 
@@ -109,14 +120,62 @@ def _call_as(name: str, function: Callable[..., Any], *args: Any, **kwargs: Any)
         names.discard(name)
 
 
-def outermost(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function`, recorded as operation `name` unless an operation `name` is already open."""
+def _call_in(
+    name: str, category: str, annotate: bool, function: Callable[..., Any], args: Any, kwargs: Any
+) -> Any:
+    """Call `function` as operation `name` (if `annotate`) and as one `category` interval.
 
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if name in _OPEN.names:  # the fast path, inlined
-            return function(*args, **kwargs)
-        return _call_as(name, function, *args, **kwargs)
+    One wrapper records both, so an environment step pays for one wrapper call, not two.
+    The interval is recorded even inside the user's own "simulation" annotation.
+    """
+    recorder = active_recorder()
+    if recorder is None:
+        return function(*args, **kwargs)
+    names = _OPEN.names
+    names.add(name)
+    try:
+        with operation(name) if annotate and not _user_opened(name) else _NOT_ANNOTATED:
+            clock = recorder.clock
+            start = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                end = clock()
+                recorder.emit_raw(category, category, start, end, recorder.thread_state().tid)
+    finally:
+        names.discard(name)
+
+
+_NOT_ANNOTATED = contextlib.nullcontext()
+
+
+def outermost(
+    name: str,
+    function: Callable[..., Any],
+    category: Category | None = None,
+    annotate: bool = True,
+) -> Callable[..., Any]:
+    """`function`, recorded as operation `name` unless an operation `name` is already open.
+
+    With a `category`, the outermost call is also recorded as an interval of that category
+    (and `annotate=False` records only that interval).
+    """
+    if category is None:
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name in _OPEN.names:  # the fast path, inlined
+                return function(*args, **kwargs)
+            return _call_as(name, function, *args, **kwargs)
+
+    else:
+        category_name = str(category)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name in _OPEN.names:
+                return function(*args, **kwargs)
+            return _call_in(name, category_name, annotate, function, args, kwargs)
 
     setattr(wrapper, _MARK, name)
     return wrapper
@@ -133,21 +192,28 @@ def _all_subclasses(base: type) -> Iterator[type]:
                 yield cls
 
 
-def _wrap_own_methods(cls: type, names: tuple[str, ...], name: str) -> None:
+def _wrap_own_methods(cls: type, names: tuple[str, ...], wrap: Callable[[Any], Any]) -> None:
     for method in names:
         function = cls.__dict__.get(method)
         if inspect.isfunction(function) and not hasattr(function, _MARK):
-            setattr(cls, method, outermost(name, function))
+            setattr(cls, method, wrap(function))
 
 
-def _wrap_subclasses(base: type, methods: tuple[str, ...], name: str) -> None:
-    """Wrap `methods` as operation `name` in `base`, its subclasses, and all later ones."""
+def _wrap_subclasses(
+    base: type, methods: tuple[str, ...], name: str, wrap: Callable[[Any], Any] | None = None
+) -> None:
+    """Wrap `methods` as operation `name` in `base`, its subclasses, and all later ones.
+
+    `wrap(function)` makes the wrapper (default: `outermost(name, function)`).
+    """
     marker = f"__rlsys_wraps_{name}__"
     if marker in base.__dict__:
         return
+    if wrap is None:
+        wrap = functools.partial(outermost, name)
     setattr(base, marker, methods)
     for cls in (base, *_all_subclasses(base)):
-        _wrap_own_methods(cls, methods, name)
+        _wrap_own_methods(cls, methods, wrap)
     previous = base.__dict__.get("__init_subclass__")
 
     def __init_subclass__(cls: type, **kwargs: Any) -> None:
@@ -155,7 +221,7 @@ def _wrap_subclasses(base: type, methods: tuple[str, ...], name: str) -> None:
             previous.__get__(None, cls)(**kwargs)
         else:
             super(base, cls).__init_subclass__(**kwargs)
-        _wrap_own_methods(cls, methods, name)
+        _wrap_own_methods(cls, methods, wrap)
 
     base.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
 
@@ -163,19 +229,47 @@ def _wrap_subclasses(base: type, methods: tuple[str, ...], name: str) -> None:
 # --- the patches, one per watched module ---------------------------------------------------
 
 
-def _patch_gymnasium_env(module: ModuleType) -> None:
-    _wrap_subclasses(module.Env, ("step", "reset"), SIMULATION)
+def _wrap_simulation(base: type, methods: tuple[str, ...], sources: frozenset[str]) -> None:
+    """Environment calls: operation "simulation" and, with ccalls, a SIMULATOR interval."""
+    annotate = _sources.ANNOTATIONS in sources
+    category = Category.SIMULATOR if _sources.CCALLS in sources else None
+    if not annotate and category is None:
+        return
+
+    def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+        return outermost(SIMULATION, function, category, annotate)
+
+    _wrap_subclasses(base, methods, SIMULATION, wrap)
 
 
-def _patch_gymnasium_vector_env(module: ModuleType) -> None:
-    _wrap_subclasses(module.VectorEnv, ("step", "reset"), SIMULATION)
+def _patch_gymnasium_env(module: ModuleType, sources: frozenset[str]) -> None:
+    _wrap_simulation(module.Env, ("step", "reset"), sources)
 
 
-def _patch_sb3_vec_env(module: ModuleType) -> None:
-    _wrap_subclasses(module.VecEnv, ("step", "step_wait", "reset"), SIMULATION)
+def _patch_gymnasium_vector_env(module: ModuleType, sources: frozenset[str]) -> None:
+    _wrap_simulation(module.VectorEnv, ("step", "reset"), sources)
 
 
-def _patch_torch(torch: ModuleType) -> None:
+def _patch_sb3_vec_env(module: ModuleType, sources: frozenset[str]) -> None:
+    _wrap_simulation(module.VecEnv, ("step", "step_wait", "reset"), sources)
+
+
+def _patch_envpool(module: ModuleType, sources: frozenset[str]) -> None:
+    # Every envpool class (gym, gymnasium, dm_env flavours) mixes in EnvPoolMixin.
+    _wrap_simulation(module.EnvPoolMixin, ("step", "reset", "send", "recv"), sources)
+
+
+def _patch_envpool_gymnasium(module: ModuleType, sources: frozenset[str]) -> None:
+    _wrap_simulation(module.GymnasiumEnvPoolMixin, ("reset",), sources)
+
+
+def _patch_torch(torch: ModuleType, sources: frozenset[str]) -> None:
+    if _sources.CCALLS in sources and active_recorder() is not None:
+        # A pushed mode costs every torch call a Python dispatch, even when it records
+        # nothing: only while recording, never in a program that merely has the hooks.
+        torch_backend.install(torch)
+    if _sources.ANNOTATIONS not in sources:
+        return
     module_class = torch.nn.Module
     if not hasattr(module_class.__call__, _MARK):
         module_class.__call__ = _inference_call(torch, module_class.__call__)
@@ -187,6 +281,12 @@ def _patch_torch(torch: ModuleType) -> None:
     _wrap_subclasses(torch.optim.Optimizer, ("step",), BACKPROPAGATION)
 
 
+def _patch_jax(jax: ModuleType, sources: frozenset[str]) -> None:
+    jax_backend.install(
+        jax, annotate=_sources.ANNOTATIONS in sources, backend=_sources.CCALLS in sources
+    )
+
+
 def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[..., Any]:
     """`Module.__call__`, recorded as inference when gradients are off and it is outermost."""
     is_grad_enabled = torch.is_grad_enabled
@@ -195,8 +295,12 @@ def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[...
 
     @functools.wraps(call)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Inside torch.compile's tracing, annotating would only cost graph breaks.
-        if is_grad_enabled() or INFERENCE in _OPEN.names or is_compiling():
+        # Nothing recording: one call, so that a program with the hooks but no recorder pays
+        # almost nothing. Inside torch.compile's tracing, annotating would only cost graph
+        # breaks.
+        if active_recorder() is None or is_grad_enabled() or INFERENCE in _OPEN.names:
+            return call(self, *args, **kwargs)
+        if is_compiling():
             return call(self, *args, **kwargs)
         return _call_as(INFERENCE, call, self, *args, **kwargs)
 
@@ -204,20 +308,23 @@ def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[...
     return __call__
 
 
-_PATCHES: dict[str, Callable[[ModuleType], None]] = {
+_PATCHES: dict[str, Callable[[ModuleType, frozenset[str]], None]] = {
     "gymnasium.core": _patch_gymnasium_env,
     "gymnasium.vector.vector_env": _patch_gymnasium_vector_env,
     "gym.core": _patch_gymnasium_env,
     "gym.vector.vector_env": _patch_gymnasium_vector_env,
     "stable_baselines3.common.vec_env.base_vec_env": _patch_sb3_vec_env,
+    "envpool.python.envpool": _patch_envpool,
+    "envpool.python.gymnasium_envpool": _patch_envpool_gymnasium,
     "torch": _patch_torch,
+    "jax": _patch_jax,
 }
 """Watched module -> its patch, run right after the module's code (see the docstring)."""
 
 
 def _apply(name: str, module: ModuleType) -> None:
     try:
-        _PATCHES[name](module)
+        _PATCHES[name](module, _FINDER.sources)
     except Exception as err:  # never break the profiled program over an annotation
         print(
             f"rlsys profile: no automatic operations for {name} ({type(err).__name__}: {err})",
@@ -230,6 +337,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self._local = threading.local()  # names this thread is resolving (no recursion)
+        self.sources: frozenset[str] = frozenset(_sources.SOURCES)  # what patches record
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in _PATCHES:
@@ -287,12 +395,16 @@ class _PatchingLoader(importlib.abc.Loader):
 _FINDER = _PostImportFinder()
 
 
-def install() -> None:
+def install(sources: frozenset[str] | None = None) -> None:
     """Add the automatic operations: watch future imports, patch what is already imported.
 
-    Idempotent; imports nothing. Operations are recorded only while a recorder is active
-    (`rlsys.trace.start_recording`, or RLSYS_TRACE_DIR as `rlsys profile` sets it).
+    `sources` (default: all, `rlsys.profiler.sources`) says what the patches record:
+    operations ("annotations") and/or C-call intervals ("ccalls"); it applies to modules
+    not patched yet. Idempotent; imports nothing. Events are recorded only while a recorder
+    is active (`rlsys.trace.start_recording`, or RLSYS_TRACE_DIR as `rlsys profile` sets it).
     """
+    if sources is not None:
+        _FINDER.sources = frozenset(sources)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
     for name in _PATCHES:

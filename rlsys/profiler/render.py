@@ -200,4 +200,20 @@ def print_summary(screen: Any, summary: dict[str, Any]) -> None:
     screen.print(summary_table(summary))
     if len(summary["processes"]) > 1:
         screen.print(processes_table(summary))
+    line = totals_line(summary)
+    if line:
+        screen.print(line, markup=False, highlight=False)
     screen.print(summary["note"], style="dim", markup=False, highlight=False)
+
+
+def totals_line(summary: dict[str, Any]) -> str | None:
+    """Uncorrected, corrected and uninstrumented totals and the bias (with a calibration)."""
+    totals = summary.get("totals") or {}
+    if totals.get("corrected_seconds") is None:
+        return None
+    return (
+        f"totals: uncorrected {totals['uncorrected_seconds']:.3f} s "
+        f"(x{totals['inflation']:.2f} the uninstrumented), corrected "
+        f"{totals['corrected_seconds']:.3f} s, uninstrumented "
+        f"{totals['uninstrumented_seconds']:.3f} s, bias {100 * totals['bias']:+.1f}%"
+    )

@@ -37,6 +37,10 @@ class Times:
     - `cpu_ns`: thread time per CPU category, summed over threads (thread-ns, like CPU time
       versus wall time: a single-threaded process has sum(cpu_ns) == wall_ns).
     - `events`: events per category that started while this operation was innermost.
+    - `cost_events`: like `events`, but where each event's recording cost fell, which
+      calibration subtracts (`rlsys.profiler.calibrate`): an operation's own bookkeeping runs
+      just outside its interval, so it counts in the operation around it; other events count
+      where they start, as in `events`.
     - `transitions`: (from, to) category changes along a thread, e.g. ("python", "backend"),
       counted in the operation the thread is in right after the change.
     - `calls`: how many times this operation ran (0 for `NO_OPERATION`; summed in totals).
@@ -48,6 +52,7 @@ class Times:
     cpu_ns: dict[str, int] = field(default_factory=lambda: _zeros(CPU_CATEGORIES))
     resource_ns: dict[str, int] = field(default_factory=lambda: _zeros(RESOURCES))
     events: dict[str, int] = field(default_factory=lambda: _zeros(Category))
+    cost_events: dict[str, int] = field(default_factory=lambda: _zeros(Category))
     transitions: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, other: Times) -> None:
@@ -59,6 +64,7 @@ class Times:
             (self.cpu_ns, other.cpu_ns),
             (self.resource_ns, other.resource_ns),
             (self.events, other.events),
+            (self.cost_events, other.cost_events),
             (self.transitions, other.transitions),
         ]:
             for key, value in theirs.items():
@@ -72,6 +78,7 @@ class Times:
             "cpu_ns": dict(self.cpu_ns),
             "resource_ns": dict(self.resource_ns),
             "events": dict(self.events),
+            "cost_events": dict(self.cost_events),
             "transitions": {f"{a}->{b}": n for (a, b), n in sorted(self.transitions.items())},
         }
 

@@ -13,6 +13,12 @@ Schema, format "rlsys-profile-summary" version 1 (all times are float seconds; e
       "wall_seconds": 12.3,       # the command's wall time as `rlsys profile` measured it
       "traced_seconds": 12.1,     # sum over processes of first-to-last event time
       "note": "...",              # what the category split is based on (see NOTE)
+      "totals": {                 # `rlsys.profiler.calibrate.totals`
+        "traced_seconds": 12.1, "uncorrected_seconds": 12.3,  # = wall_seconds
+        "uninstrumented_seconds": 10.0, "overhead_seconds": 2.2, "corrected_seconds": 10.1,
+        "bias": 0.01, "inflation": 1.23},  # all but the first two null without --calibrate
+      "calibration": null,        # or the Calibration used (`Calibration.to_dict()`): costs
+                                  # per event per source, the runs' medians, machine, warnings
       "operations": {NAME: TIMES, ...},   # summed over processes; longest first,
                                           # "(no operation)" last
       "total": TIMES,             # the sum of "operations"
@@ -39,7 +45,10 @@ Schema, format "rlsys-profile-summary" version 1 (all times are float seconds; e
       "gpu_seconds": 0.0,     # part of "seconds" with GPU activity
       "categories": {"python": 1.5, "simulator": 0.0, ...},   # thread seconds per CPU category
       "resources": {"cpu_only": 1.5, "gpu_only": 0.0, "cpu_gpu": 0.0, "idle": 0.0},
-      "events": {"operation": 12, "python": 0, ...}            # recorded events per category
+      "events": {"operation": 12, "python": 0, ...},           # recorded events per category
+      "transitions": {"python->backend": 40, ...},  # category changes along a thread
+      "corrected": null           # with a calibration: {"seconds", "overhead_seconds",
+                                  # "categories"}: less the cost of the events recorded in it
     }
 
 Times come from `rlsys.profiler.breakdown` (its docstring gives the attribution rules).
@@ -52,6 +61,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlsys.profiler.calibrate import Calibration, correct_times, totals
 from rlsys.profiler.result import NO_OPERATION, Breakdown, Times
 
 FORMAT_NAME = "rlsys-profile-summary"
@@ -59,9 +69,9 @@ FORMAT_VERSION = 1
 SUMMARY_FILE = "summary.json"
 
 NOTE = (
-    "Categories come only from what was recorded. This version records operations (automatic "
-    "and annotated), not Python/C-call boundaries, so thread time inside an operation that no "
-    "collector covered counts as python."
+    "Categories come from what was recorded: simulator = inside environment step/reset, "
+    "backend = inside outermost torch calls and jitted JAX calls/waits; thread time under "
+    "no recorded interval counts as python. CUDA API and GPU time are not collected yet."
 )
 
 
@@ -73,7 +83,7 @@ def _seconds(ns: int) -> float:
     return round(ns / 1e9, 9)
 
 
-def _times(times: Times, total_ns: int) -> dict[str, Any]:
+def _times(times: Times, total_ns: int, calibration: Calibration | None) -> dict[str, Any]:
     return {
         "calls": times.calls,
         "seconds": _seconds(times.wall_ns),
@@ -82,12 +92,30 @@ def _times(times: Times, total_ns: int) -> dict[str, Any]:
         "categories": {k: _seconds(v) for k, v in times.cpu_ns.items()},
         "resources": {k: _seconds(v) for k, v in times.resource_ns.items()},
         "events": dict(times.events),
+        "transitions": {f"{a}->{b}": n for (a, b), n in sorted(times.transitions.items())},
+        "corrected": _corrected(times, calibration),
     }
 
 
-def _operations(operations: dict[str, Times], total_ns: int) -> dict[str, dict[str, Any]]:
-    order = sorted(operations, key=lambda n: (n == NO_OPERATION, -operations[n].wall_ns))
-    return {name: _times(operations[name], total_ns) for name in order}
+def _corrected(times: Times, calibration: Calibration | None) -> dict[str, Any] | None:
+    if calibration is None:
+        return None
+    fixed = correct_times(times, calibration.cost_ns)
+    return {
+        "seconds": _seconds(round(fixed["wall_ns"])),
+        "overhead_seconds": _seconds(round(fixed["overhead_ns"])),
+        "categories": {k: _seconds(round(v)) for k, v in fixed["cpu_ns"].items()},
+    }
+
+
+def _operations(
+    operations: dict[str, Times], total_ns: int, calibration: Calibration | None
+) -> dict[str, dict[str, Any]]:
+    # An entry with neither time nor calls only holds the recording cost of an operation
+    # around which no time was traced: no row.
+    shown = [n for n, t in operations.items() if t.wall_ns or t.calls or any(t.events.values())]
+    order = sorted(shown, key=lambda n: (n == NO_OPERATION, -operations[n].wall_ns))
+    return {name: _times(operations[name], total_ns, calibration) for name in order}
 
 
 def build_summary(
@@ -97,6 +125,7 @@ def build_summary(
     exit_code: int | None,
     stopped_by: str | None,
     wall_seconds: float,
+    calibration: Calibration | None = None,
 ) -> dict[str, Any]:
     """The summary of a profiled run (schema in the module docstring)."""
     total_ns = result.total.wall_ns
@@ -111,8 +140,8 @@ def build_summary(
                 "command": process.command,
                 "traced_seconds": _seconds(process.total_ns),
                 "threads": list(process.threads),
-                "operations": _operations(process.operations, process_ns),
-                "total": _times(process.total, process_ns),
+                "operations": _operations(process.operations, process_ns, calibration),
+                "total": _times(process.total, process_ns, calibration),
             }
         )
     return {
@@ -126,8 +155,10 @@ def build_summary(
         "wall_seconds": round(wall_seconds, 6),
         "traced_seconds": _seconds(result.total_ns),
         "note": NOTE,
-        "operations": _operations(result.operations, total_ns),
-        "total": _times(result.total, total_ns),
+        "totals": totals(wall_seconds, result, calibration),
+        "calibration": calibration.to_dict() if calibration is not None else None,
+        "operations": _operations(result.operations, total_ns, calibration),
+        "total": _times(result.total, total_ns, calibration),
         "processes": processes,
     }
 

@@ -10,6 +10,7 @@ from rlsys.trace.annotate import (
     operation,
     phase,
     progress,
+    record_operation,
     start_recording,
     stop_recording,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "operation",
     "phase",
     "progress",
+    "record_operation",
     "start_recording",
     "stop_recording",
     "write_chrome_trace",

@@ -188,14 +188,28 @@ def _json_text(value: str) -> str:
     return json.dumps(value)  # names and regions repeat: format each once
 
 
-def _event_line(pid: int, event: tuple) -> str:
-    """One `["event", ...]` line of the trace format (as Event.to_record gives), fast."""
-    name, category, start, end, tid, region, attrs, device = event
+@functools.lru_cache(maxsize=4096)
+def _line_head(name: str, category: str) -> str:
+    return f'["event",{_json_text(name)},"{category}",'
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_tail(pid: int, tid: int, device: str, region: str | None) -> str:
     region_text = "null" if region is None else _json_text(region)
+    return f",{pid},{tid},{_json_text(device)},{region_text},"
+
+
+def _event_line(pid: int, event: tuple) -> str:
+    """One `["event", ...]` line of the trace format (as Event.to_record gives), fast.
+
+    Everything but the times and attributes repeats from event to event: those parts are
+    formatted once per distinct value (cached) and joined around the times.
+    """
+    name, category, start, end, tid, region, attrs, device = event
     attrs_text = "null" if not attrs else json.dumps(dict(attrs), separators=(",", ":"),
                                                      default=str)  # fmt: skip
-    return (f'["event",{_json_text(name)},"{category}",{start},{end},{pid},{tid},'
-            f'{_json_text(device)},{region_text},{attrs_text}]\n')  # fmt: skip
+    return (f"{_line_head(name, category)}{start},{end}"
+            f"{_line_tail(pid, tid, device, region)}{attrs_text}]\n")  # fmt: skip
 
 
 def _innermost_phase(stack: list[_Span]) -> str | None:
@@ -254,6 +268,19 @@ def progress(steps: int, total: int | None = None) -> None:
     recorder = _Active.recorder
     if recorder is not None:
         recorder.instant("progress", {"steps": steps, "total": total})
+
+
+def record_operation(name: str, start_ns: int, end_ns: int) -> None:
+    """Record operation `name` on this thread after the fact, from times of `clock_ns`.
+
+    For work whose boundaries are known only once it is done (e.g. the parts of a compiled
+    call, timed by its host callbacks). It must nest with this thread's other operations.
+    """
+    recorder = _Active.recorder
+    if recorder is not None:
+        state = recorder.thread_state()
+        region = _innermost_phase(state.stack)
+        recorder.emit_raw(name, _OPERATION, start_ns, end_ns, state.tid, region)
 
 
 def active_recorder() -> Recorder | None:

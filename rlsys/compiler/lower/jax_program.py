@@ -35,6 +35,7 @@ from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
+from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
 from rlsys.compiler.sinks import Sink, fire, fire_all, is_sink_output
@@ -264,7 +265,10 @@ class JaxExecutable:
         while done < extent:
             size = min(self.iterations_per_call, extent - done)
             start = extent - 1 - done if self._loop.reverse else done
-            carry, values = self._calls[size](arrays, pre, carry, jnp.int32(start))
+            # staged iterations record their segments themselves; a jitted call is Backend
+            call = self._calls[size] if self.staged else partial(profiled_call, None,
+                                                                 self._calls[size])  # fmt: skip
+            carry, values = call(arrays, pre, carry, jnp.int32(start))
             kept.append(values)
             done += size
             stop = report and self._report(values, start, size, on_iteration, per_iteration)

@@ -31,6 +31,7 @@ import numpy as np
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.jax import Context, Value, Window, call_host, host_arguments, host_result
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.schedule import Compute, Loop, Step
 from rlsys.compiler.stages import has_host
 
@@ -74,6 +75,7 @@ class Segment:
         self.axes = {n: ctx.values[n].axes for n in self.value_reads}
         self.loop_dims = tuple(ctx.loop_index)
         self.live = _live_after(ctx, nodes, moves_windows=finish is not None)
+        self.operation = _operation(ctx, nodes, host)
         self.out_axes: dict[int, tuple] = {}  # filled while tracing
         args = self._arguments(ctx, finish.initial_carry() if finish else {})
         self.compiled = jax.jit(self._traced).lower(*args).compile()
@@ -82,7 +84,8 @@ class Segment:
 
     def run(self, ctx: Context, carry: dict | None = None) -> dict | None:
         """Run the steps (and host op) on `ctx`; with `finish`, return the next carry."""
-        values, host_args, carry = self.compiled(*self._arguments(ctx, carry or {}))
+        arguments = self._arguments(ctx, carry or {})
+        values, host_args, carry = profiled_call(self.operation, self.compiled, *arguments)
         self._record(ctx, values, host_args, call=True)
         return carry
 
@@ -120,6 +123,14 @@ class Segment:
             result = call_host(node, *host_args) if call else host_result(
                 ctx, node, self.host.vector_dims)  # fmt: skip
             ctx.values[node.id] = Value(result, self.host.vector_dims)
+
+
+def _operation(ctx: Context, nodes: set[int], host: Compute | None) -> str | None:
+    """What `rlsys profile` calls the segment: computing a gradient is backpropagation,
+    computing a host op's inputs (the action an environment steps with) is inference."""
+    if any(ctx.graph[n].op == "grad" for n in nodes):
+        return "backpropagation"
+    return "inference" if host is not None and nodes else None
 
 
 def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:

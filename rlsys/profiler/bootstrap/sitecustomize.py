@@ -8,8 +8,10 @@ before its own code. It
 1. runs the `sitecustomize` that this one shadows, if the interpreter has one;
 2. imports `rlsys.profiler.hooks`, which imports `rlsys.trace`, whose import starts recording
    into RLSYS_TRACE_DIR (`<dir>/<pid>.jsonl`, closed at exit);
-3. installs the automatic operations (`hooks.install()`: import-triggered patches of
-   gymnasium, Stable-Baselines3 and torch; nothing of them is imported here);
+3. installs the automatic operations and C-call collectors (`hooks.install()`:
+   import-triggered patches of gymnasium, Stable-Baselines3, envpool, torch and JAX; nothing
+   of them is imported here), recording the sources RLSYS_PROFILE_SOURCES names (default
+   all; `rlsys.profiler.sources`);
 4. where `rlsys profile` found a GPU, starts GPU tracing when torch or jax is imported
    (`rlsys.profiler.collectors.gpu_tracing`).
 
@@ -36,11 +38,12 @@ def _bootstrap() -> None:
               file=sys.stderr)  # fmt: skip
     try:
         try:
-            from rlsys.profiler import hooks
+            from rlsys.profiler import hooks, sources
         except ImportError:
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(here))))
-            from rlsys.profiler import hooks
-        hooks.install()
+            from rlsys.profiler import hooks, sources
+        sources.install_test_event_cost()
+        hooks.install(sources.enabled())
         from rlsys.profiler.collectors import gpu_tracing
 
         gpu_tracing.install()  # a no-op unless `rlsys profile` found a GPU
