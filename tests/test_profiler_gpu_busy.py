@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from profile_fixtures import PID, summary_of
 
+from rlsys.profiler import hooks
 from rlsys.profiler.collectors import gpu_tracing
 from rlsys.profiler.collectors.nvml import NvmlSampler, Sample, open_nvml, start_sampler
 from rlsys.profiler.gpu import BusyTime, add_gpu_section, device_comparison, gpu_section
@@ -148,11 +149,12 @@ def test_gpu_tracing_starts_a_profiler_once_its_library_is_imported(monkeypatch,
     monkeypatch.setattr(gpu_tracing, "STARTERS",
                         {"rlsys_fake_gpu_lib": lambda m: started.append(m.READY)})  # fmt: skip
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    monkeypatch.setattr(gpu_tracing, "_FINDER", gpu_tracing._StartAfterImport())
+    monkeypatch.setattr(hooks, "_AFTER_IMPORT", {})
     assert gpu_tracing.install({gpu_tracing.GPU_ENV: "1"}) is True
     import rlsys_fake_gpu_lib  # noqa: F401
 
     assert started == [True]  # after the module's code ran, once
+    assert hooks._AFTER_IMPORT == {}
     monkeypatch.delitem(sys.modules, "rlsys_fake_gpu_lib")
 
 

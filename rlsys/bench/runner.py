@@ -22,6 +22,7 @@ from pathlib import Path
 from rlsys.bench.case import Case
 from rlsys.bench.measure import run_measured
 from rlsys.trace.annotate import TRACE_DIR_ENV
+from rlsys.trace.machine import cpu_model
 
 VERSIONED = ("rlsys", "jax", "jaxlib", "gymnax", "gymnasium", "torch", "envpool", "numpy")
 
@@ -151,22 +152,12 @@ def machine_info() -> dict[str, object]:
         "hostname": platform.node(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": versions,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def write_json(

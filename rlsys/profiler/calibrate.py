@@ -76,6 +76,7 @@ from rlsys.profiler.launch import child_environment
 from rlsys.profiler.result import CPU_CATEGORIES, Breakdown, Times
 from rlsys.trace import Category
 from rlsys.trace.annotate import TRACE_DIR_ENV
+from rlsys.trace.machine import cpu_model
 
 CALIBRATION_VERSION = 1
 PYTHON = str(Category.PYTHON)
@@ -398,20 +399,10 @@ def machine_fingerprint() -> dict[str, Any]:
     return {
         "host": socket.gethostname(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def cache_dir() -> Path:

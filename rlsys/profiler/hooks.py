@@ -322,14 +322,35 @@ _PATCHES: dict[str, Callable[[ModuleType, frozenset[str]], None]] = {
 """Watched module -> its patch, run right after the module's code (see the docstring)."""
 
 
+_AFTER_IMPORT: dict[str, list[Callable[[ModuleType], None]]] = {}
+"""Other collectors' callbacks per watched module (GPU tracing starts with torch and jax)."""
+
+
+def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Run `callback(module)` once module `name` has been imported, right after its code
+    (after the automatic operations' patch), or now if it already is. Uses the watcher
+    `install()` puts on sys.meta_path, which installs it too."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    if name in sys.modules:
+        _call(name, callback, sys.modules[name])
+    else:
+        _AFTER_IMPORT.setdefault(name, []).append(callback)
+
+
 def _apply(name: str, module: ModuleType) -> None:
+    if name in _PATCHES:
+        _call(name, functools.partial(_PATCHES[name], sources=_FINDER.sources), module)
+    for callback in _AFTER_IMPORT.pop(name, []):
+        _call(name, callback, module)
+
+
+def _call(name: str, callback: Callable[[ModuleType], None], module: ModuleType) -> None:
     try:
-        _PATCHES[name](module, _FINDER.sources)
-    except Exception as err:  # never break the profiled program over an annotation
-        print(
-            f"rlsys profile: no automatic operations for {name} ({type(err).__name__}: {err})",
-            file=sys.stderr,
-        )
+        callback(module)
+    except Exception as err:  # never break the profiled program over its profiling
+        print(f"rlsys profile: nothing recorded for {name} ({type(err).__name__}: {err})",
+              file=sys.stderr)  # fmt: skip
 
 
 class _PostImportFinder(importlib.abc.MetaPathFinder):
@@ -340,7 +361,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         self.sources: frozenset[str] = frozenset(_sources.SOURCES)  # what patches record
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in _PATCHES:
+        if fullname not in _PATCHES and fullname not in _AFTER_IMPORT:
             return None
         busy: set[str] = self._local.__dict__.setdefault("busy", set())
         if fullname in busy:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.abc
+import functools
 import os
 import shutil
 import sys
@@ -134,57 +134,13 @@ def _start(name: str, module: ModuleType) -> None:
         _warn(name, err)
 
 
-class _StartAfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: makes the loader of a watched module start its profiler."""
-
-    def __init__(self) -> None:
-        self._busy: set[str] = set()
-        self._started: set[str] = set()
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in STARTERS or fullname in self._busy | self._started:
-            return None
-        self._busy.add(fullname)
-        try:
-            spec = self._real_spec(fullname, path, target)
-        finally:
-            self._busy.discard(fullname)
-        if spec is not None and hasattr(spec.loader, "exec_module"):
-            self._started.add(fullname)
-            loader, original = spec.loader, spec.loader.exec_module
-
-            def exec_module(module: ModuleType) -> None:
-                original(module)
-                with contextlib.suppress(AttributeError):
-                    del loader.exec_module  # back to the class's own (e.g. for a reload)
-                _start(fullname, module)
-
-            try:
-                loader.exec_module = exec_module
-            except AttributeError as err:  # a loader with __slots__: go without
-                _warn(fullname, err)
-        return spec
-
-    def _real_spec(self, fullname: str, path: Any, target: Any) -> Any:
-        for finder in list(sys.meta_path):
-            if finder is not self and hasattr(finder, "find_spec"):
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    return spec
-        return None
-
-
-_FINDER = _StartAfterImport()
-
-
 def install(environ: dict[str, str] | None = None) -> bool:
-    """Watch for torch and jax where `GPU_ENV` is set; returns whether it was."""
+    """Start GPU tracing when torch or jax is imported (now, if it is), where `GPU_ENV` is
+    set; returns whether it was."""
     if (os.environ if environ is None else environ).get(GPU_ENV) != "1":
         return False
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, _FINDER)
+    from rlsys.profiler import hooks
+
     for name in STARTERS:
-        if name in sys.modules and name not in _FINDER._started:
-            _FINDER._started.add(name)
-            _start(name, sys.modules[name])
+        hooks.after_import(name, functools.partial(_start, name))
     return True
