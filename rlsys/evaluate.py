@@ -1,9 +1,9 @@
 """`rlsys eval DIR --episodes N`: run a trained policy and print its mean and std return.
 
 The policy is the one after the last update in DIR's checkpoint; with `normalize_obs` it
-sees observations normalized by the checkpoint's running statistics. Each episode runs in its own
-environment (one batch of N), for at most the environment's episode limit; actions are the
-most likely ones (`--stochastic` samples instead). Evaluation is itself a small
+sees observations normalized by the checkpoint's running statistics. Each episode runs in its
+own environment (one batch of N), for at most the environment's episode limit; actions are
+the most likely ones (`--stochastic` samples instead). Evaluation is itself a small
 recurrent-tensor program: the acting loop of training with fixed parameters.
 """
 

@@ -64,7 +64,7 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
             whole = x[i, 0:B, 0:T]
             return whole.reshape(batch, *whole.shape[2:])
 
-        if obs_stats:  # the statistics of the next iteration include this one's observations
+        if obs_stats is not None:  # the next iteration's statistics include these observations
             obs_stats.update(model.vectors(flat(obs)))
         reward = step.reward
         if cfg.normalize_reward:
