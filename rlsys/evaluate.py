@@ -1,8 +1,9 @@
 """`rlsys eval DIR --episodes N`: run a trained policy and print its mean and std return.
 
-The policy is the one after the last update in DIR's checkpoint. Each episode runs in its own
-environment (one batch of N), for at most the environment's episode limit; actions are the
-most likely ones (`--stochastic` samples instead). Evaluation is itself a small
+The policy is the one after the last update in DIR's checkpoint; with `normalize_obs` it
+sees observations normalized by the checkpoint's running statistics. Each episode runs in its
+own environment (one batch of N), for at most the environment's episode limit; actions are
+the most likely ones (`--stochastic` samples instead). Evaluation is itself a small
 recurrent-tensor program: the acting loop of training with fixed parameters.
 """
 
@@ -27,28 +28,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sample actions (DQN: ε-greedy with its end_e)")  # fmt: skip
 
 
-def final_parameters(algo: str, config, state) -> np.ndarray:
-    """The parameter vector after the last update, from a checkpoint's loop state."""
+def final_values(algo: str, config, state, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The values after the last iteration of the recurrences over i called `names` (params,
+    obs_mean, ...), from a checkpoint's loop state; names the program lacks are left out."""
     import rlsys.algos as algos
     from rlsys.compiler.pipeline import run_pipeline
 
     graph, _ = run_pipeline(algos.ALGORITHMS[algo][1](config).program.graph())
-    params = next(n for n in graph if n.name == "params")
-    update = next(b for b in params.branches if int(b.region[0][0].evaluate({})) == 1)
-    return np.asarray(state.carry[str(update.edge.node)][0])
+    values = {}
+    for node in graph:
+        if node.name in names:
+            update = next(b for b in node.branches if int(b.region[0][0].evaluate({})) == 1)
+            values[node.name] = np.asarray(state.carry[str(update.edge.node)][0])
+    return values
 
 
-def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True) -> np.ndarray:
-    """The return of each of `episodes` episodes played with `params`."""
+def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
+             obs_stats: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+    """The return of each of `episodes` episodes played with `params`; `obs_stats`: the
+    (mean, var) observations are normalized with, as in training (`normalize_obs`)."""
     import rlsys.rt as rt
     from rlsys.algos.common import act, acting_model, make_env
+    from rlsys.algos.normalize import Normalizer
 
     env = make_env(dataclasses.replace(config, num_envs=episodes))
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
     T = prog.bounds[-1]
     with prog:
-        model = acting_model(env, config)
+        obs_norm = None
+        if obs_stats is not None:
+            obs_norm = Normalizer(*obs_stats, clip=config.obs_clip)
+        model = acting_model(env, config, obs_norm)
         rollout = act(prog, env, model, rt.const(params), config.seed + 1000, greedy=greedy)
         alive = rt.placeholder(domain=(i, b, t), name="alive")  # 1 until the episode ends
         alive[i, b, 0] = 1.0
@@ -72,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
     config_class = ALGORITHMS[algo][0]
     own = {f.name for f in dataclasses.fields(config_class)}
     config = config_class(**_read_toml(args.run_dir / "config.toml", own)).validate()
-    params = final_parameters(algo, config, load_checkpoint(checkpoint, algo))
-    returns = evaluate(config, params, args.episodes, greedy=not args.stochastic)
+    final = final_values(algo, config, load_checkpoint(checkpoint, algo),
+                         ("params", "obs_mean", "obs_var"))  # fmt: skip
+    # The statistics after the last iteration: those of all observations of training.
+    obs_stats = (final["obs_mean"], final["obs_var"]) if "obs_mean" in final else None
+    returns = evaluate(config, final["params"], args.episodes, greedy=not args.stochastic,
+                       obs_stats=obs_stats)  # fmt: skip
     print(f"{algo} on {config.env}: mean return {returns.mean():.1f} ± {returns.std():.1f} "
           f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
           "actions)")  # fmt: skip

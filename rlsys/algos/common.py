@@ -50,10 +50,13 @@ def make_env(cfg) -> Env:
 
 class ActorCritic:
     """Policy and value MLPs (tanh) whose weights are slices of one parameter vector:
-    actor | critic | log_std (continuous actions only). `initial` is that vector at init."""
+    actor | critic | log_std (continuous actions only). `initial` is that vector at init.
+    `obs_norm` (a `normalize.Normalizer`), when given, normalizes the observation vectors
+    both networks see."""
 
-    def __init__(self, env: Env, cfg) -> None:
+    def __init__(self, env: Env, cfg, obs_norm=None) -> None:
         self.env = env
+        self.obs_norm = obs_norm
         obs_size = math.prod(env.obs_shape)
         outputs = env.num_actions if env.discrete else math.prod(env.action_shape)
         hidden = (cfg.hidden_size,) * cfg.hidden_layers
@@ -66,12 +69,18 @@ class ActorCritic:
         sizes = [self.actor.initial.size, self.critic.initial.size, log_std.size]
         self.cuts = [int(c) for c in np.cumsum(sizes)]
 
-    def features(self, obs):
+    def vectors(self, obs):
         """Observations as vectors (image-shaped observations are flattened)."""
         if len(self.env.obs_shape) == 1:
             return obs
         lead = obs.shape[: len(obs.shape) - len(self.env.obs_shape)]
         return obs.reshape(*lead, math.prod(self.env.obs_shape))
+
+    def features(self, obs):
+        """What the networks see: observation vectors, normalized if the model has
+        `obs_norm`."""
+        obs = self.vectors(obs)
+        return obs if self.obs_norm is None else self.obs_norm(obs)
 
     def policy(self, params, obs):
         out = self.actor(self.features(obs), params.slice_axis(0, self.cuts[0]))
@@ -84,15 +93,16 @@ class ActorCritic:
         return out.reshape(out.shape[:-1])
 
 
-def acting_model(env: Env, cfg):
-    """The model whose `policy(params, obs)` acts: DQN's Q-network, else the actor-critic."""
+def acting_model(env: Env, cfg, obs_norm=None):
+    """The model whose `policy(params, obs)` acts: DQN's Q-network, else the actor-critic
+    (with `obs_norm`, if any)."""
     from rlsys.algos.config import DQNConfig
 
     if isinstance(cfg, DQNConfig):
         from rlsys.algos.dqn import QNetwork  # dqn.py builds on this module
 
         return QNetwork(env, cfg)
-    return ActorCritic(env, cfg)
+    return ActorCritic(env, cfg, obs_norm)
 
 
 @dataclass
@@ -128,12 +138,15 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     return Rollout(obs, action, policy, step)
 
 
-def gae(prog: rt.Program, rollout: Rollout, value, next_value, gamma: float, lam: float):
-    """Generalized advantage estimates; truncated episodes bootstrap from their final obs."""
+def gae(prog: rt.Program, rollout: Rollout, value, next_value, gamma: float, lam: float,
+        reward=None):  # fmt: skip
+    """Generalized advantage estimates; truncated episodes bootstrap from their final obs.
+    `reward`: the reward to learn from, if not the environment's (e.g. scaled)."""
     i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
     T = prog.bounds[-1]
     step = rollout.step
-    delta = step.reward + gamma * next_value * (1.0 - step.terminated) - value
+    reward = step.reward if reward is None else reward
+    delta = reward + gamma * next_value * (1.0 - step.terminated) - value
     advantage = rt.placeholder(domain=(i, b, t), name="advantage")
     advantage[i, b, T - 1] = delta[i, b, T - 1]
     advantage[i, b, t] = delta + gamma * lam * (1.0 - step.done) * advantage[i, b, t + 1]

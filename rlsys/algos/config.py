@@ -107,6 +107,18 @@ class PPOConfig(ActorCriticConfig):
     """Surrogate clipping coefficient (also clips the value update when clip_vloss)."""
     clip_vloss: bool = True
     """Clip the value-function update like the policy's."""
+    normalize_obs: bool = False
+    """Normalize observations by their running mean and variance (over all iterations
+    before the current one; checkpointed, and used by `rlsys eval`). For continuous control
+    (CleanRL's ppo_continuous_action); off by default: CartPole learns without it."""
+    obs_clip: float = 10.0
+    """Clip normalized observations to [-obs_clip, obs_clip] (with normalize_obs)."""
+    normalize_reward: bool = False
+    """Learn from rewards divided by the running std of discounted returns (training
+    metrics still report the environment's returns). For continuous control; off by
+    default."""
+    reward_clip: float = 10.0
+    """Clip scaled rewards to [-reward_clip, reward_clip] (with normalize_reward)."""
 
     def validate(self) -> PPOConfig:
         super().validate()
@@ -118,6 +130,8 @@ class PPOConfig(ActorCriticConfig):
                 f"{self.batch_size} steps",
                 hint="choose num-envs x num-steps divisible by num-minibatches",
             )
+        if self.obs_clip <= 0 or self.reward_clip <= 0:
+            raise UsageError("--obs-clip and --reward-clip must be positive")
         return self
 
 

@@ -14,9 +14,16 @@ The compiler turns this into: a scan over t for acting, vectorized over b; a rev
 for GAE; a scan over u for the updates, each minibatch loss and its gradient vectorized over
 the minibatch; and the loop over i on the host (one jitted call per `iterations_per_call`).
 Truncated episodes bootstrap from the value of their final observation.
+
+For continuous control (CleanRL's `ppo_continuous_action.py`), `normalize_obs` and
+`normalize_reward` add running statistics over i (`normalize.py`): the networks see
+observations normalized by those of earlier iterations, and GAE uses rewards scaled by the
+running std of discounted returns.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -31,6 +38,7 @@ from rlsys.algos.common import (
     output_episode_stats,
 )
 from rlsys.algos.config import PPOConfig
+from rlsys.algos.normalize import Normalizer, RunningMoments, scaled_rewards
 
 
 def build_ppo(cfg: PPOConfig) -> AlgoProgram:
@@ -42,19 +50,29 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
     i, u = prog.dims[:2]
     _, _, B, T = prog.bounds
     with prog:
-        model = ActorCritic(env, cfg)
+        obs_stats, obs_norm = None, None
+        if cfg.normalize_obs:
+            obs_stats = RunningMoments(prog, (math.prod(env.obs_shape),), "obs")
+            obs_norm = Normalizer(obs_stats.mean, obs_stats.var, cfg.obs_clip)
+        model = ActorCritic(env, cfg, obs_norm)  # acts and learns on normalized obs
         params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
         params[0] = rt.const(model.initial)
         rollout = act(prog, env, model, params[i], cfg.seed)
         obs, action, step = rollout.obs, rollout.action, rollout.step
-        value = model.value(params[i], obs)
-        next_value = model.value(params[i], step.final_obs)
-        advantage = gae(prog, rollout, value, next_value, cfg.gamma, cfg.gae_lambda)
-        log_prob = rollout.policy.log_prob(action)
 
         def flat(x):  # the rollout of iteration i as one batch (b, t flattened)
             whole = x[i, 0:B, 0:T]
             return whole.reshape(batch, *whole.shape[2:])
+
+        if obs_stats is not None:  # the next iteration's statistics include these observations
+            obs_stats.update(model.vectors(flat(obs)))
+        reward = step.reward
+        if cfg.normalize_reward:
+            reward = scaled_rewards(prog, step, cfg.gamma, cfg.reward_clip, batch)
+        value = model.value(params[i], obs)
+        next_value = model.value(params[i], step.final_obs)
+        advantage = gae(prog, rollout, value, next_value, cfg.gamma, cfg.gae_lambda, reward)
+        log_prob = rollout.policy.log_prob(action)
 
         data = {
             "obs": flat(obs), "action": flat(action), "log_prob": flat(log_prob),
