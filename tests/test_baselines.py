@@ -7,6 +7,7 @@ under the shared keys; the time-to-target bookkeeping is tested on its own.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from pathlib import Path
 from types import ModuleType
@@ -85,3 +86,103 @@ def test_the_case_has_the_four_systems_and_sb3_as_baseline():
     case = load_case(ROOT / "benchmarks" / "cases", "ppo_cartpole")
     assert case.system_names == ["rlsys-ppo", "purejaxrl-style", "cleanrl-style", "sb3"]
     assert case.baseline == "sb3"
+
+
+# -- the A2C baselines of benchmarks/cases/scaling_sweep.py and their trivial env -------------
+def _rlsys_trivial_rollout(actions, starts_shape: tuple[int, ...], episode: int) -> dict:
+    """rlsys's TrivialEnv stepped with `actions` (B, T, 1) from its own reset."""
+    import rlsys.rt as rt
+    from rlsys.envs import TrivialEnv
+
+    env = TrivialEnv(f"{'x'.join(map(str, starts_shape))}:{episode}")
+    prog = rt.Program(dims=("b", "t"))
+    b, t = prog.dims
+    with prog:
+        action = rt.input("action", shape=(1,))
+        first = env.reset(rt.random.key(1).fold_in(b))
+        state = rt.placeholder(shape=(2,), domain=(b, t))
+        obs = rt.placeholder(shape=env.obs_shape, domain=(b, t))
+        step = env.step(rt.random.key(0).fold_in(b).fold_in(t), state, action)
+        for tensor, start, following in [(state, first.state, step.state),
+                                         (obs, first.obs, step.obs)]:  # fmt: skip
+            tensor[b, 0] = start
+            tensor[b, t + 1] = following
+        for name in ("reward", "terminated", "truncated", "final_obs", "obs"):
+            prog.output(name, getattr(step, name) if name != "obs" else obs)
+    B, T = actions.shape[:2]
+    return prog.compile(bounds={"B": B, "T": T}).run({"action": actions})
+
+
+def test_the_baselines_trivial_envs_step_like_rlsys(baselines):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    numpy_env = baselines("trivial_env_numpy")
+    State = baselines("trivial_env_jax").State
+    B, T, episode = 3, 12, 5
+    actions = np.random.default_rng(0).uniform(-3, 3, (B, T, 1)).astype("float32")
+    ours = _rlsys_trivial_rollout(actions, (4,), episode)
+    host = numpy_env.TrivialVectorEnv(B, (4,), episode, seed=0)
+    host.reset()
+    _, jax_step = baselines("trivial_env_jax").make((4,), episode)
+    jax_step = jax.jit(jax.vmap(jax_step))
+    state = State(jnp.zeros(B), jnp.zeros(B, jnp.int32))
+    keys = jax.random.split(jax.random.PRNGKey(0), B)
+    for t in range(T):
+        position = ours["obs"][:, t, 0]  # start (or restart) both where rlsys is
+        host.position = position.copy()
+        state = State(jnp.asarray(position), state.steps)
+        obs, reward, terminated, truncated, info = host.step(actions[:, t])
+        out = jax_step(keys, state, jnp.asarray(actions[:, t]))
+        state = out.state
+        for got_obs, got in [(obs, (reward, terminated, truncated, info["final_obs"])),
+                             (np.asarray(out.obs), (out.reward, out.terminated, out.truncated,
+                                                    out.final_obs))]:  # fmt: skip
+            np.testing.assert_array_equal(got[0], ours["reward"][:, t])
+            np.testing.assert_array_equal(got[1], ours["terminated"][:, t] > 0)
+            np.testing.assert_array_equal(got[2], ours["truncated"][:, t] > 0)
+            np.testing.assert_array_equal(got[3], ours["final_obs"][:, t])
+            assert got_obs.shape == (B, 4) and got_obs.dtype == np.float32
+            assert np.all(got_obs == got_obs[:, :1]) and np.all(np.abs(got_obs) <= 1.0 + 3 * T)
+            if (t + 1) % episode:  # within an episode the next obs is the moved position
+                np.testing.assert_array_equal(got_obs, ours["final_obs"][:, t])
+            else:  # a fresh episode from uniform(-1, 1)
+                assert np.all(np.abs(got_obs) <= 1.0)
+    assert ours["truncated"].sum() == B * (T // episode)
+
+
+@pytest.mark.parametrize("name", ["cleanrl_style_a2c", "purejaxrl_style_a2c"])
+def test_the_a2c_baselines_run_an_iteration(baselines, name: str):
+    setup = baselines("").A2CSetup(num_envs=4, episode_length=8, obs_size=3, hidden=8, layers=3)
+    result = baselines(name).train(setup, iterations=2, seed=1)
+    assert len(result["iteration_seconds"]) == len(result["mean_returns"]) == 2
+    assert all(s > 0 for s in result["iteration_seconds"]) and result["setup_seconds"] >= 0
+    # an episode of 8 steps from [-1, 1] with moves of at most 1 loses at most 8 * 9
+    assert all(-72.0 <= r < 0.0 for r in result["mean_returns"])
+    again = baselines(name).train(setup, iterations=2, seed=1)
+    assert again["mean_returns"] == pytest.approx(result["mean_returns"], rel=1e-5)
+
+
+def test_the_scaling_sweep_varies_one_factor_at_a_time_and_pivots_its_table():
+    from rlsys.bench.runner import CaseRun
+    from rlsys.bench.table import Summary, markdown
+
+    case = load_case(ROOT / "benchmarks" / "cases", "scaling_sweep")
+    assert len(case.systems) == 27 and case.baseline == "cleanrl@base"
+    base = {"envs": 256, "episode": 250, "width": 64, "layers": 2}
+    for system in case.systems:
+        point = system.name.split("@")[1]
+        factors = inspect.getmodule(system.run).grid()[point]
+        assert sum(factors[k] != v for k, v in base.items()) == (point != "base")
+    seconds = {"rlsys": 0.1, "purejaxrl": 0.2, "cleanrl": 1.0}
+    rows = [Summary(system=s.name, runs=1, failed=0,
+                    metrics={"iter_s": seconds[s.name.split("@")[0]], "above_idle_mib": 50.0,
+                             "peak_rss_mib": 300.0})
+            for s in case.systems if not s.name.endswith("@layers=4")]  # fmt: skip
+    run = CaseRun(case, case.system_names, {}, reps=1, quick=True, seed=0)
+    text = markdown(run, rows, command="rlsys bench run scaling_sweep", machine={})
+    pivot = [line for line in text.splitlines() if line.startswith("| base |")]
+    assert pivot == ["| base | 256 | 250 | 64 | 2 | 0.100 | 0.200 | 1.000 | 10.00× | 2.00× | "
+                     "50 (300) | 50 (300) | 50 (300) |"]  # fmt: skip
+    assert "| layers=4 | 256 | 250 | 64 | 4 | — | — | — | — | — |" in text

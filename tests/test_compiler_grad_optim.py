@@ -51,6 +51,33 @@ def test_stop_gradient_cuts_the_path(backend: str) -> None:
     np.testing.assert_allclose(out["g"], w0)  # d/dw (w * const w) = w, not 2w
 
 
+def test_a_recurrence_behind_stop_gradient_is_data_not_rerun(backend: str) -> None:
+    """x[i, t + 1] depends on w[i] only through a stop_gradient (an acting loop's sampled
+    action): the gradient reads x as data, re-running neither x's scan nor anything behind
+    the stop_gradient, and equals the gradient with x held fixed."""
+    from rlsys.compiler.autodiff import path_nodes
+
+    prog = rt.Program(dims=("i", "t"))
+    i, t = prog.dims
+    I, T = prog.bounds
+    with prog:
+        w = rt.input("w", shape=(), domain=(i,))
+        x = rt.placeholder(domain=(i, t), name="x")
+        action = (w[i] * x).stop_gradient()
+        x[i, 0] = 1.0
+        x[i, t + 1] = x + action * 0.5
+        loss = (w[i] * x * x)[i, 0:T].sum()
+        grad = rt.grad(loss, w)
+        prog.output("g", grad)
+        prog.output("x", x)
+    graph = prog.graph()
+    path = path_nodes(graph, w.node_id, loss.node_id, ())
+    assert x.node_id not in path and action.node_id not in path
+    w0 = np.array([0.3, -0.4], "float32")
+    out = prog.compile(bounds={I: 2, T: 4}, backend=backend).run({"w": w0})
+    np.testing.assert_allclose(out["g"], (out["x"] ** 2).sum(axis=1), rtol=1e-6)
+
+
 def quadratic_program(optimizer):
     prog = rt.Program(dims=("i",))
     (I,) = prog.bounds

@@ -81,3 +81,29 @@ def test_a2c_trains_on_the_trivial_env(tmp_path: Path) -> None:
     assert all(int(r["episodes"]) == 8 for r in rows)
     returns = [float(r["episode_return"]) for r in rows]
     assert all(-8 * 9 <= r < 0 for r in returns)
+
+
+def test_the_policy_gradient_does_not_flow_through_the_sampled_action() -> None:
+    """d log_prob(a) / d mean of a sampled Gaussian action is the score (a - mean) / std^2,
+    not 0 as it would be if the sample were differentiated as mean + std * noise."""
+    from rlsys.algos.common import ActorCritic, act
+    from rlsys.algos.config import A2CConfig
+
+    cfg = A2CConfig(env="trivial:4:8", num_envs=4, num_steps=8, hidden_size=8, hidden_layers=1)
+    env = TrivialEnv(cfg.env_id)
+    prog = rt.Program(dims=("i", "b", "t"))
+    i = prog.dims[0]
+    _, B, T = prog.bounds
+    with prog:
+        model = ActorCritic(env, cfg)
+        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
+        params[0] = rt.const(model.initial)
+        rollout = act(prog, env, model, params[i], cfg.seed)
+        loss = rollout.policy.log_prob(rollout.action)[i, 0:B, 0:T].mean()
+        grad = rt.grad(loss, params)
+        params[i + 1] = params[i] - 0.0 * grad
+        prog.output("grad", grad)
+    out = prog.compile(bounds={"I": 1, "B": 4, "T": 8}).run()["grad"][0]
+    actor, log_std = out[: model.cuts[0]], out[model.cuts[1] :]
+    assert np.abs(actor).max() > 1e-4  # the mean's weights get a gradient
+    assert log_std[0] != pytest.approx(-1.0, abs=1e-3)  # mean(z^2 - 1), not -1

@@ -1,4 +1,4 @@
-"""Hand-written PPO baselines that `benchmarks/cases/ppo_cartpole.py` races rlsys against.
+"""Hand-written baselines that the benchmark cases race rlsys against.
 
 Three implementations of the same PPO on CartPole-v1, each in the style of a well-known
 single-file or library implementation (written here from scratch, only the shape copied):
@@ -12,6 +12,17 @@ single-file or library implementation (written here from scratch, only the shape
 Each exposes `train(total_steps, seed, *, target=None, clock_start=None) -> dict` with the
 keys of `Progress.result`. The hyperparameters are `HYPER` (the defaults of rlsys's
 `PPOConfig`, which are CleanRL's `ppo.py` defaults with 8 environments).
+
+For `benchmarks/cases/scaling_sweep.py` (TimeRL's scaling sweep), two A2C baselines on the
+trivial env, one point of the sweep given as an `A2CSetup`:
+
+* `purejaxrl_style_a2c`: JAX, the env as pure functions (`trivial_env_jax`), one jitted
+  iteration (scan over the episode, then the update), optax;
+* `cleanrl_style_a2c`: PyTorch, the env as a NumPy vector env (`trivial_env_numpy`), one
+  Python loop.
+
+Both expose `train(setup, iterations, seed) -> dict` with `iteration_seconds` (one per
+iteration), `setup_seconds` (compilation or setup) and `mean_returns` (one per iteration).
 
 Import them with the repository root on `sys.path`: `from benchmarks.baselines import ...`
 (`benchmarks` is a namespace package, this folder a regular one).
@@ -115,3 +126,26 @@ class Progress:
 
 
 RESULT_KEYS = frozenset(Progress(1).result(iterations=0, compile_seconds=0.0, run_seconds=0.0))
+
+
+@dataclass(frozen=True)
+class A2CSetup:
+    """One point of the scaling sweep (`benchmarks/cases/scaling_sweep.py`) for the A2C
+    baselines; the hyperparameters are the defaults of rlsys's `A2CConfig`.
+
+    One iteration is one episode of every env: `episode_length` steps of `num_envs` envs on
+    the trivial env (observations of `obs_size` floats), then one Adam step on the loss
+    averaged over the whole batch (1 epoch, full batch, as TimeRL's A2C)."""
+
+    num_envs: int = 256
+    episode_length: int = 250
+    obs_size: int = 16
+    hidden: int = 64  # units per hidden layer, tanh, actor and critic apart
+    layers: int = 2  # hidden layers
+    learning_rate: float = 1e-3  # annealed linearly to 0 over the iterations
+    gamma: float = 0.99
+    gae_lambda: float = 1.0  # n-step returns to the episode's end, bootstrapped by the critic
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5

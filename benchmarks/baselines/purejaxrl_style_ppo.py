@@ -29,7 +29,6 @@ import math
 import time
 from typing import Any
 
-import gymnax
 import jax
 import jax.numpy as jnp
 import optax
@@ -74,6 +73,8 @@ def policy_and_value(params: dict, obs: jax.Array) -> tuple[jax.Array, jax.Array
 # -- the training functions ----------------------------------------------------------------------
 def make_functions(total_steps: int, hyper: Hyper = HYPER):
     """`init(key) -> runner state`, `update(state, _) -> (state, (return_sum, episodes))`."""
+    import gymnax  # here: the A2C baseline imports this module's networks without gymnax
+
     env, env_params = gymnax.make(ENV_ID)
     obs_size = math.prod(env.observation_space(env_params).shape)
     num_actions = env.action_space(env_params).n

@@ -122,7 +122,9 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     key = rt.random.key(seed).fold_in(i).fold_in(b).fold_in(t)
     obs = rt.placeholder(shape=env.obs_shape, domain=(i, b, t), name="obs")
     policy = model.policy(params_i, obs)
-    action = policy.mode() if greedy else policy.sample(key)
+    # A sampled action is data: no gradient flows back through the sample (a Gaussian
+    # log_prob of its own reparameterized sample would have no gradient in the mean).
+    action = policy.mode() if greedy else policy.sample(key).stop_gradient()
     first = env.reset(rt.random.key(seed + 1).fold_in(b))
     if env.in_graph:  # the environment state is a tensor too
         state = rt.placeholder(shape=(env.state_size,), domain=(i, b, t), name="env_state")

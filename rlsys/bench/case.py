@@ -56,7 +56,10 @@ class Case:
     """A named benchmark: several systems doing the same work, one of them the baseline.
 
     `unit` names what the throughput counts ("env steps", "calls"); tables show `<unit>/s`.
-    `timeout_s` bounds each child process.
+    `timeout_s` bounds each child process. `summary_table(summaries)`, if given, turns the
+    per-system medians (`rlsys.bench.table.Summary`) into a markdown table of the case's own
+    (e.g. systems that are points of a grid, pivoted to one row per point), shown and written
+    after the standard one.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Case:
     unit: str = "env steps"
     timeout_s: float = 600.0
     path: Path | None = None
+    summary_table: Callable[[Sequence[Any]], str] | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.systems]

@@ -14,6 +14,7 @@ from pathlib import Path
 from rlsys.bench.case import CASES_HINT, Case, case_names, cases_dir_or_error, load_case
 from rlsys.bench.runner import CaseRun, Record, machine_info, run_case, write_json
 from rlsys.bench.table import (
+    case_table,
     markdown,
     replace_section,
     summarize,
@@ -262,6 +263,9 @@ def _print_table(console, result: CaseRun, rows, seconds: float) -> None:
         if summary.skipped is None:  # skipped ones are listed below the table
             table.add_row(*map(escape, row))
     console.print(table)
+    extra = case_table(result, rows)
+    if extra:
+        console.print(extra, markup=False, highlight=False, soft_wrap=True)
     for row in rows:
         if row.skipped is not None:
             console.print(f"{row.system}: skipped, {row.skipped}", markup=False, highlight=False)

@@ -142,6 +142,12 @@ def table_rows(run: CaseRun, rows: Sequence[Summary]) -> tuple[list[str], list[l
     return header, cells
 
 
+def case_table(run: CaseRun, rows: Sequence[Summary]) -> str | None:
+    """The case's own markdown table (`Case.summary_table`), if it has one."""
+    make = run.case.summary_table
+    return None if make is None else make(rows).rstrip("\n")
+
+
 def markdown(run: CaseRun, rows: Sequence[Summary], *, command: str, machine: dict) -> str:
     """This case's section of a results file (without the markers)."""
     header, cells = table_rows(run, rows)
@@ -150,6 +156,9 @@ def markdown(run: CaseRun, rows: Sequence[Summary], *, command: str, machine: di
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    extra = case_table(run, rows)
+    if extra:
+        lines += ["", extra]
     versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items() if v)
     quick = " (`--quick`: smaller workloads)" if run.quick else ""
     lines += [

@@ -43,10 +43,15 @@ def grad(loss: RecurrentTensor, param: RecurrentTensor) -> RecurrentTensor:
 
 def path_nodes(graph: Graph, source: int, target: int, loop_dims: tuple[Dim, ...]) -> set[int]:
     """Nodes on a dependence path source -> ... -> target (both included), not counting
-    dependences carried along `loop_dims` (those read other iterations of the loop)."""
+    dependences carried along `loop_dims` (those read other iterations of the loop), nor
+    paths through a `stop_gradient`: its derivative is 0, so what lies behind it is a
+    constant of the re-run (an action sampled in an acting scan is read as data, rather
+    than the whole scan re-run, and differentiated, to get zeros)."""
     consumers: dict[int, set[int]] = {n: set() for n in graph.nodes}
     producers: dict[int, set[int]] = {n: set() for n in graph.nodes}
     for node in graph:
+        if node.op == "stop_gradient":
+            continue
         for edge in node.all_edges():
             producer = graph[edge.node]
             carried = any(

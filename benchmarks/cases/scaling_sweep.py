@@ -1,0 +1,187 @@
+"""TimeRL's scaling sweep: A2C on the trivial env, one factor at a time, rlsys vs baselines.
+
+The workload of TimeRL's scaling study: the trivial env (`rlsys/envs/trivial_env.py`,
+observations of OBS_SIZE = 16 floats: big enough to be a real matmul input, small enough
+that the env costs nothing) and an A2C update of 1 epoch over the full batch. One iteration
+is one episode of every env (the episode length is the rollout length), then one Adam step.
+Around the base point (256 envs, episodes of 250 steps, 2 hidden layers of 64) one factor
+varies at a time: envs {64, 256, 512}, episode length {125, 250, 500}, width {16, 64, 256},
+layers {1, 2, 4}: 9 points, 3 systems each.
+
+* `rlsys@POINT`: `rlsys.algos.a2c.build_a2c` with `A2CConfig(env="trivial:16:T",
+  num_steps=T, ...)`, one iteration per jitted call;
+* `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
+* `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
+  the env as a NumPy vector env.
+
+Every run does WARM iterations, then TIMED iterations (1 + 2 with `--quick`). Reported:
+`iter_s` (median seconds of a timed iteration), `compile_s` (building and compiling, or
+setting up), `idle_rss_mib` (the process's RSS right after its imports, before building),
+`peak_rss_mib` (its high-water RSS, `ru_maxrss`) and `above_idle_mib` (the difference: what
+the work itself costs). The case's own table (`sweep_table`) puts the three systems of each
+point on one row, with rlsys's speed-up over each baseline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlsys.bench import Case, System, child_main, report
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: `benchmarks.baselines` lives here
+OBS_SIZE = 16
+BASE = {"envs": 256, "episode": 250, "width": 64, "layers": 2}
+VARIED = {"envs": (64, 512), "episode": (125, 500), "width": (16, 256), "layers": (1, 4)}
+IMPLS = ("rlsys", "purejaxrl", "cleanrl")
+WARM, TIMED = 3, 5
+QUICK_WARM, QUICK_TIMED = 1, 2
+
+
+def grid() -> dict[str, dict[str, int]]:
+    """Point name -> its factors: the base point, then one factor changed at a time."""
+    points = {"base": dict(BASE)}
+    for factor, values in VARIED.items():
+        for value in values:
+            points[f"{factor}={value}"] = {**BASE, factor: value}
+    return points
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _train_rlsys(point: dict[str, int], iterations: int, seed: int) -> dict:
+    from rlsys.algos.a2c import build_a2c
+    from rlsys.algos.config import A2CConfig
+
+    began = time.perf_counter()
+    envs, episode = point["envs"], point["episode"]
+    config = A2CConfig(env=f"trivial:{OBS_SIZE}:{episode}", num_envs=envs, num_steps=episode,
+                       total_steps=iterations * envs * episode, hidden_size=point["width"],
+                       hidden_layers=point["layers"], iterations_per_call=1,
+                       seed=seed).validate()  # fmt: skip
+    built = build_a2c(config)
+    exe = built.program.compile(bounds=built.bounds, iterations_per_call=1)
+    setup_seconds = time.perf_counter() - began
+    stamps, returns = [time.perf_counter()], []
+
+    def on_iteration(i: int, outputs: dict) -> None:
+        returns.append(float(outputs["episode_return_sum"]) / max(float(outputs["episodes"]), 1))
+        stamps.append(time.perf_counter())  # the call's outputs are on the host: it is done
+
+    exe.run(on_iteration=on_iteration)
+    seconds = [b - a for a, b in itertools.pairwise(stamps)]
+    return {"iteration_seconds": seconds, "setup_seconds": setup_seconds, "mean_returns": returns}
+
+
+def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    # Everything the system needs is imported first: its idle RSS includes the libraries.
+    if impl == "cleanrl":
+        from benchmarks.baselines import cleanrl_style_a2c as module  # torch
+    elif impl == "purejaxrl":
+        from benchmarks.baselines import purejaxrl_style_a2c as module  # jax, optax
+    else:
+        import rlsys.algos.a2c  # noqa: F401  (jax and the compiler)
+    idle = _rss_mib()
+    factors = grid()[point]
+    warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)
+    if impl == "rlsys":
+        result = _train_rlsys(factors, warm + timed, seed)
+    else:
+        from benchmarks.baselines import A2CSetup
+
+        setup = A2CSetup(num_envs=factors["envs"], episode_length=factors["episode"],
+                         obs_size=OBS_SIZE, hidden=factors["width"],
+                         layers=factors["layers"])  # fmt: skip
+        result = module.train(setup, warm + timed, seed)
+    peak = _peak_rss_mib()
+    seconds = result["iteration_seconds"][warm:]
+    report(
+        env_steps=len(seconds) * factors["envs"] * factors["episode"],
+        seconds=sum(seconds),
+        iter_s=statistics.median(seconds),
+        compile_s=result["setup_seconds"],
+        idle_rss_mib=idle,
+        peak_rss_mib=peak,
+        above_idle_mib=peak - idle,
+        final_return=result["mean_returns"][-1],
+    )
+
+
+# -- the case's own table: one row per point ------------------------------------------------------
+def sweep_table(rows: Sequence) -> str:
+    """Markdown: per point, each system's seconds per iteration, rlsys's speed-up over each
+    baseline, and memory above idle (peak RSS MiB in brackets)."""
+    by_name = {row.system: row for row in rows}
+
+    def metric(impl: str, point: str, key: str) -> float | None:
+        row = by_name.get(f"{impl}@{point}")
+        return None if row is None or row.skipped else row.metrics.get(key)
+
+    def fmt(value: float | None, pattern: str) -> str:
+        return "—" if value is None else pattern.format(value)
+
+    header = ["point", "envs", "episode", "width", "layers"]
+    header += [f"{impl} s/iter" for impl in IMPLS]
+    header += ["rlsys vs cleanrl", "rlsys vs purejaxrl"]
+    header += [f"{impl} MiB above idle (peak)" for impl in IMPLS]
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    for point, factors in grid().items():
+        times = {impl: metric(impl, point, "iter_s") for impl in IMPLS}
+        ratios = [
+            None if times["rlsys"] is None or times[b] is None else times[b] / times["rlsys"]
+            for b in ("cleanrl", "purejaxrl")
+        ]
+        memory = [
+            fmt(metric(impl, point, "above_idle_mib"), "{:.0f}")
+            + fmt(metric(impl, point, "peak_rss_mib"), " ({:.0f})")
+            for impl in IMPLS
+        ]
+        cells = [point, *map(str, factors.values())]
+        cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
+        cells += [fmt(r, "{:.2f}×") for r in ratios] + memory
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+CASE = Case(
+    name="scaling_sweep",
+    description=(
+        f"TimeRL's scaling sweep: A2C (1 epoch, full batch) on the trivial env (obs {OBS_SIZE}), "
+        "one iteration = one episode of every env; envs {64, 256, 512}, episode {125, 250, "
+        "500}, width {16, 64, 256}, layers {1, 2, 4}, one at a time around 256/250/64/2: "
+        "rlsys vs a PureJaxRL-style JAX and a CleanRL-style PyTorch A2C."
+    ),
+    baseline="cleanrl@base",
+    unit="env steps",
+    timeout_s=600.0,
+    systems=[
+        System(
+            f"{impl}@{point}",
+            run=run,
+            params={"impl": impl, "point": point},
+            description=f"{impl}, {factors}",
+        )
+        for point, factors in grid().items()
+        for impl in IMPLS
+    ],
+    summary_table=sweep_table,
+)
+
+if __name__ == "__main__":
+    child_main(CASE)
