@@ -165,16 +165,10 @@ def add_counters(trace_path: str | os.PathLike[str], section: dict[str, Any]) ->
 
 def plot_gpu(section: dict[str, Any], directory: str | os.PathLike[str]) -> Path:
     """Write the busy-vs-polled plot as `<directory>/gpu_util.png`."""
-    import matplotlib.pyplot as plt
-
-    from rlsys.profiler.plots import gpu_figure
+    from rlsys.profiler.plots import gpu_figure, save_and_close
 
     path = Path(directory) / GPU_PLOT_FILE
-    figure = gpu_figure(section)
-    try:
-        figure.savefig(path, dpi=100)
-    finally:
-        plt.close(figure)
+    save_and_close(gpu_figure(section), path)
     return path
 
 

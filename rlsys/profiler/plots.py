@@ -11,15 +11,20 @@ import io
 from typing import Any
 
 
-def png_data_uri(figure: Any, dpi: int = 100) -> str:
-    """The figure as a `data:image/png;base64,...` URI (closes it): no file, no network."""
+def save_and_close(figure: Any, target: Any, dpi: int = 100) -> None:
+    """Save the figure as PNG to `target` (a path or a binary file), then close it."""
     import matplotlib.pyplot as plt
 
-    buffer = io.BytesIO()
     try:
-        figure.savefig(buffer, format="png", dpi=dpi)
+        figure.savefig(target, format="png", dpi=dpi)
     finally:
         plt.close(figure)
+
+
+def png_data_uri(figure: Any, dpi: int = 100) -> str:
+    """The figure as a `data:image/png;base64,...` URI (closes it): no file, no network."""
+    buffer = io.BytesIO()
+    save_and_close(figure, buffer, dpi)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

@@ -158,14 +158,10 @@ def _ratio(x: dict[str, Any] | None, y: dict[str, Any] | None) -> str:
 
 def plot_breakdown(summary: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """A stacked bar per operation: its thread seconds split by CPU category (PNG, Agg)."""
-    import matplotlib.pyplot as plt
+    from rlsys.profiler.plots import save_and_close
 
     path = Path(path)
-    figure = breakdown_figure(summary)
-    try:
-        figure.savefig(path, dpi=100)
-    finally:
-        plt.close(figure)
+    save_and_close(breakdown_figure(summary), path)
     return path
 
 
