@@ -6,8 +6,9 @@ Dimensions: i (iteration), u (update step: epochs x minibatches), b (environment
             (episodes continue across iterations: obs[i + 1, b, 0] = next obs of [i, b, T - 1])
     GAE:    adv[i, b, t] = delta + gamma * lambda * (1 - done) * adv[i, b, t + 1]
     learn:  params_u[i, 0] = params[i]; for u: minibatch (u % M) of a fresh permutation per
-            epoch (u // M); clipped surrogate + clipped value loss - entropy bonus; global
-            grad-norm clipping; Adam with linearly annealed learning rate;
+            epoch (u // M), all drawn once per iteration; clipped surrogate + clipped value
+            loss - entropy bonus; global grad-norm clipping; Adam with linearly annealed
+            learning rate;
             params[i + 1] = params_u after the last update.
 
 The compiler turns this into: a scan over t for acting, vectorized over b; a reverse scan
@@ -84,10 +85,13 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
         adam = rt.optim.Adam(lr=cfg.learning_rate, eps=1e-5)
         theta = rt.placeholder(shape=model.initial.shape, domain=(i, u), name="params_u")
         moments = [rt.placeholder(shape=model.initial.shape, domain=(i, u), name=n) for n in "mv"]
-        epoch_key = rt.random.key(cfg.seed + 2).fold_in(i).fold_in(u // cfg.num_minibatches)
-        order = rt.random.permutation(epoch_key, batch)
-        start = (u % cfg.num_minibatches) * minibatch
-        index = order.take(start + rt.const(np.arange(minibatch, dtype="int32")))
+        # One shuffle per epoch, all drawn once per iteration (not once per update step:
+        # sorting is what a shuffle costs); update u trains on the u-th run of `minibatch`
+        # indices, i.e. minibatch u % M of epoch u // M.
+        epochs_key = rt.random.key(cfg.seed + 2).fold_in(i)
+        orders = rt.concat([rt.random.permutation(epochs_key.fold_in(epoch), batch)
+                            for epoch in range(cfg.update_epochs)])  # fmt: skip
+        index = orders.take(u * minibatch + rt.const(np.arange(minibatch, dtype="int32")))
         mb = {k: v.take(index) for k, v in data.items()}
         loss = _loss(cfg, model, theta[i, u], mb)
         (grad,) = rt.optim.clip_by_global_norm([rt.grad(loss, theta)], cfg.max_grad_norm)

@@ -25,6 +25,7 @@ from jax.flatten_util import ravel_pytree
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.rules import TensorType
 from rlsys.compiler.rules.base import register
+from rlsys.compiler.rules.threefry import typed_key
 from rlsys.compiler.tensor import RecurrentTensor, lift
 
 
@@ -48,13 +49,15 @@ def _flat(tree) -> jax.Array:
 
 def _reset_point(key, *, env_id: str, layout):
     env, params, _ = _environment(env_id)
-    obs, state = env.reset(key, params)
+    obs, state = env.reset(typed_key(key), params)
     return jnp.concatenate([_flat(obs), _flat(state)])
 
 
 def _step_point(key, state, action, *, env_id: str, layout):
     env, params, unravel = _environment(env_id)
-    obs, state, reward, terminated, truncated, info = env.step(key, unravel(state), action, params)
+    # gymnax draws from the key with jax.random: the same numbers, unrolled (threefry.py)
+    obs, state, reward, terminated, truncated, info = env.step(typed_key(key), unravel(state),
+                                                               action, params)  # fmt: skip
     parts = [obs, state, reward, terminated, truncated, info["final_observation"]]
     return jnp.concatenate([jnp.atleast_1d(_flat(p)) for p in parts])
 

@@ -29,7 +29,7 @@ from jax.experimental import io_callback
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice, as_expr
-from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, largest_extent
+from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, index_on, is_same_point, plan
@@ -325,24 +325,67 @@ def _grad_value(ctx: Context, node: Node) -> Value:
 def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
     """The loss at every point and d(sum of them)/d param, from one vjp of the ops between
     param and loss re-run as a function of param. Points are independent: their losses
-    add up."""
+    add up.
+
+    A flat parameter vector that the loss slices (an MLP's weights and biases, actor |
+    critic) is differentiated piece by piece (`_slices_of`): each slice reads its pieces
+    and the gradient is one concatenation. Differentiating the whole vector would sum a
+    zero-padded copy of it per slice, which XLA:CPU does not fold (about a third of a PPO
+    minibatch update)."""
     loss_edge, param_edge = node.inputs
     loop_dims = tuple(ctx.loop_index)
     path = path_nodes(ctx.graph, param_edge.node, loss_edge.node, loop_dims)
-    steps = plan(ctx.graph, path - {param_edge.node}, loop_dims)
     param = ctx.values[param_edge.node]
+    axis, slices = _slices_of(ctx.graph, param_edge.node, path)
+    steps = plan(ctx.graph, path - {param_edge.node} - set(slices), loop_dims)
+    axis += len(param.axes)  # the array's axis: vectorized dims come first
+    size = param.array.shape[axis] if slices else 0
+    cuts = sorted({b for bounds in slices.values() for b in bounds} - {0, size})
+    starts = [0, *cuts]
     loss_axes: list[tuple] = []
 
     from rlsys.compiler.lower.jax_loop import run_steps  # loops run nodes, nodes run loops
 
-    def loss_of(theta):
+    def joined(parts, start: int, stop: int):
+        inside = [p for p, s in zip(parts, starts, strict=True) if start <= s < stop]
+        return inside[0] if len(inside) == 1 else jnp.concatenate(inside, axis=axis)
+
+    def loss_of(*parts):
         inner = ctx.child()
         inner.loss_grads = {}  # the loss here is the plain forward pass
-        inner.values[param_edge.node] = Value(theta, param.axes)
+        inner.values[param_edge.node] = Value(joined(parts, 0, max(size, 1)), param.axes)
+        for slice_node, (start, stop) in slices.items():
+            inner.values[slice_node] = Value(joined(parts, start, stop), param.axes)
         run_steps(inner, steps)
         loss_axes.append(inner.values[loss_edge.node].axes)
         return inner.values[loss_edge.node].array
 
-    loss, pullback = jax.vjp(loss_of, param.array)
-    (grad,) = pullback(jnp.ones_like(loss))
+    pieces = jnp.split(param.array, cuts, axis=axis) if cuts else [param.array]
+    loss, pullback = jax.vjp(loss_of, *pieces)
+    grads = pullback(jnp.ones_like(loss))
+    grad = grads[0] if len(grads) == 1 else jnp.concatenate(grads, axis=axis)
     return Value(loss, loss_axes[-1]), Value(grad, param.axes)
+
+
+def _slices_of(graph: Graph, param: int, path: set[int]) -> tuple[int, dict[int, tuple]]:
+    """The slice_axis nodes on `path` that read `param` at the same point, directly or as
+    slices of such slices, all along one axis: that axis, and each one's range in `param`
+    ({} when there are none, or several axes)."""
+    rank = len(graph[param].shape)
+    axes: set[int] = set()
+    found: dict[int, tuple[int, int]] = {}
+
+    def visit(source: int, offset: int) -> None:
+        for node_id in path:
+            node = graph[node_id]
+            edge = node.inputs[0] if node.inputs else None
+            if (node.op == "slice_axis" and edge.node == source and node.domain ==
+                    graph[source].domain and is_identity(edge, graph[source])):  # fmt: skip
+                axes.add(node.param("axis") % rank)
+                found[node_id] = (offset + node.param("start"), offset + node.param("stop"))
+                visit(node_id, found[node_id][0])
+
+    visit(param, 0)
+    if len(axes) != 1:
+        return 0, {}
+    return axes.pop(), found
