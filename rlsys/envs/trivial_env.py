@@ -91,7 +91,9 @@ class TrivialEnv:
         steps = state.slice_axis(1, 2) + 1.0
         truncated = (steps >= float(self.max_episode_steps)).astype("float32")
         # Like gymnax, a finished episode restarts within the step: obs is the next episode's.
-        position = rt.where(truncated > 0.0, self._start(key).reshape(1), moved)
+        # Its start is drawn from a key of its own: the step's key also samples the action.
+        restart = self._start(key.fold_in(1)).reshape(1)
+        position = rt.where(truncated > 0.0, restart, moved)
         steps = steps * (1.0 - truncated)
         return TrivialStep(
             obs=self._observe(position.reshape(())),
