@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlsys.compiler.rules.random_ops import _permutation
-from rlsys.compiler.rules.threefry import raw_key, typed_key
+from rlsys.compiler.rules.threefry import UNROLLED_THREEFRY, raw_key, typed_key
 
 DRAWS = {
     "bits": lambda k: jax.random.bits(k, (7,)),
@@ -32,6 +32,12 @@ def test_unrolled_keys_draw_jax_numbers(draw: str, seed: int) -> None:
     raw = jax.random.key_data(jax.random.PRNGKey(seed))
     expected = DRAWS[draw](raw)
     np.testing.assert_array_equal(np.asarray(DRAWS[draw](typed_key(raw))), np.asarray(expected))
+
+
+@pytest.mark.parametrize("seed", [0, 5, -3, 2**31 - 1])
+def test_seeding_matches(seed: int) -> None:
+    ours = jax.random.key_data(jax.random.key(seed, impl=UNROLLED_THREEFRY))
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(jax.random.PRNGKey(seed)))
 
 
 def test_fold_in_and_vmapped_keys_match() -> None:
