@@ -5,7 +5,6 @@ A new op registered without an example below fails `test_every_op_has_an_example
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
 
@@ -116,12 +115,3 @@ def test_op_agrees_between_backends(op: str) -> None:
     actual = prog.compile(bounds={"I": 2}, backend="jax").run(inputs)["y"]
     assert actual.dtype == expected.dtype
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2), (3, 1)])
-def test_mlp_initialization_is_jax_orthogonal(shape) -> None:
-    from rlsys.compiler.nn import _orthogonal
-
-    key = jax.random.PRNGKey(7)
-    expected = np.asarray(jax.nn.initializers.orthogonal(1.5)(key, shape))
-    np.testing.assert_allclose(_orthogonal(key, shape, 1.5), expected, atol=2e-6)

@@ -69,8 +69,8 @@ class MLP:
         layers = self.layers
         for k, (n_in, n_out) in enumerate(layers):
             gain = output_gain if k == len(layers) - 1 else math.sqrt(2.0)
-            weight = _orthogonal(keys[k], (n_in, n_out), gain)
-            pieces += [weight.ravel(), np.zeros(n_out, "float32")]
+            weight = jax.nn.initializers.orthogonal(gain)(keys[k], (n_in, n_out))
+            pieces += [np.asarray(weight, "float32").ravel(), np.zeros(n_out, "float32")]
         return np.concatenate(pieces)
 
     def __call__(self, x: RecurrentTensor, params: RecurrentTensor | None = None):
@@ -90,14 +90,3 @@ class MLP:
             if k < len(layers) - 1:
                 h = h.tanh() if self.activation == "tanh" else h.relu()
         return h
-
-
-def _orthogonal(key, shape: tuple[int, int], gain: float) -> np.ndarray:
-    """`jax.nn.initializers.orthogonal(gain)(key, shape)` to float32 rounding (the same
-    normal draws, QR in NumPy): jitting JAX's QR costs about 0.6 s of compilation per layer
-    shape, a sixth of PPO's time to solve CartPole."""
-    rows, cols = shape
-    tall = (cols, rows) if rows < cols else (rows, cols)
-    q, r = np.linalg.qr(np.asarray(jax.random.normal(key, tall), np.float64))
-    q = q * np.sign(np.diag(r))  # the unique Q whose R has a positive diagonal
-    return (gain * (q.T if rows < cols else q)).astype("float32")
