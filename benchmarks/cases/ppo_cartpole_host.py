@@ -1,8 +1,10 @@
 """PPO on gymnasium CartPole-v1 (a host environment): rlsys vs CleanRL-style and SB3.
 
 The same PPO and budget as `ppo_cartpole.py` (whose `run` this case reuses), but rlsys steps
-a gymnasium `SyncVectorEnv` of 8 from inside its compiled acting loop (ordered host
-callbacks), like the PyTorch systems do. The goal of issue #5 is >= 4x SB3's env steps/s.
+a gymnasium `SyncVectorEnv` of 8, like the PyTorch systems do: its acting loop is a host loop
+(`rlsys/compiler/stages.py`), one jitted policy call per step and the environment stepped
+from Python between calls, and learning is one jitted call per iteration. The goal of issue
+#5 is >= 4x SB3's env steps/s.
 """
 
 from __future__ import annotations
