@@ -91,6 +91,7 @@ def test_torch_trivial_calls_are_not_recorded_and_their_time_stays_python(tmp_pa
             # Metadata reads and grad-mode flips: skipped, no clock read.
             assert x.shape == (3,) and x.dim() == 1 and x.size(0) == 3 and len(x) == 3
             assert x.grad is None and x.requires_grad and not x.is_complex()
+            assert not torch.is_complex(x) and torch.numel(x) == 3
             with torch.no_grad():  # torch._C._set_grad_enabled, twice
                 y = x * 2.0
             y.sum()

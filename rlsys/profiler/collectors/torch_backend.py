@@ -56,8 +56,8 @@ TRIVIAL_METHODS = (
 )  # fmt: skip
 """Tensor methods that read metadata: not recorded."""
 
-TRIVIAL_FUNCTIONS = ("_set_grad_enabled",)
-"""torch._C functions that only set a thread-local flag (`torch.no_grad()` calls it)."""
+TRIVIAL_FUNCTIONS = ("is_complex", "is_floating_point", "numel", "_C._set_grad_enabled")
+"""torch functions that read metadata, or set the grad-mode flag (`torch.no_grad()`)."""
 
 
 def install(torch: ModuleType) -> None:
@@ -77,7 +77,11 @@ def trivial_calls(torch: ModuleType) -> list[Any]:
         if hasattr(descriptor, "__get__"):
             found.append(descriptor.__get__)  # equal (and same hash) to the one torch passes
     found += [getattr(torch.Tensor, name, None) for name in TRIVIAL_METHODS]
-    found += [getattr(torch._C, name, None) for name in TRIVIAL_FUNCTIONS]
+    for path in TRIVIAL_FUNCTIONS:
+        function = torch
+        for name in path.split("."):
+            function = getattr(function, name, None)
+        found.append(function)
     return [f for f in found if f is not None]
 
 
