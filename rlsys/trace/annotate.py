@@ -54,7 +54,8 @@ class Recorder:
     """Collects events of this process and streams them to `<directory>/<pid>.jsonl`.
 
     Events are buffered and written every `flush_every` events (and at `close`), so a crash
-    loses at most one buffer. `clock` is injectable so that tests are exact.
+    loses at most one buffer (one of `emit_raw`'s and one per `interval_buffer`). `clock` is
+    injectable so that tests are exact.
     """
 
     def __init__(
