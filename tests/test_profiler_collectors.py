@@ -10,6 +10,7 @@ import pytest
 
 import rlsys
 from rlsys.profiler import hooks
+from rlsys.profiler.breakdown import breakdown
 from rlsys.profiler.collectors import jax_backend, torch_backend
 from rlsys.trace import Category, Session
 
@@ -78,6 +79,52 @@ def test_torch_records_one_backend_interval_per_outermost_call(tmp_path) -> None
     names = Counter(e.name for e in recorded(tmp_path, body) if e.category is Category.BACKEND)
     assert names["softmax"] == 1 and names["backward"] == 1 and names["mul"] == 1
     assert "_softmax_backward_data" not in names  # the autograd engine's work is inside
+
+
+def test_torch_trivial_calls_are_not_recorded_and_their_time_stays_python(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    mode = torch_backend._mode_class(torch)
+    x = torch.ones(3, requires_grad=True)
+
+    def body() -> None:
+        with mode(), rlsys.operation("inference"):
+            # Metadata reads and grad-mode flips: skipped, no clock read.
+            assert x.shape == (3,) and x.dim() == 1 and x.size(0) == 3 and len(x) == 3
+            assert x.grad is None and x.requires_grad and not x.is_complex()
+            assert not torch.is_complex(x) and torch.numel(x) == 3
+            with torch.no_grad():  # torch._C._set_grad_enabled, twice
+                y = x * 2.0
+            y.sum()
+
+    rlsys.start_recording(tmp_path, clock=TickClock())
+    try:
+        body()
+    finally:
+        rlsys.stop_recording()
+    session = Session.load_dir(tmp_path)
+    backend = [e for e in session.events if e.category is Category.BACKEND]
+    assert Counter(e.name for e in backend) == {"mul": 1, "sum": 1}
+    # Clock reads (10 ns apart): enter, mul start/end, sum start/end, exit.
+    inference = breakdown(session).operations["inference"]
+    assert inference.wall_ns == 50
+    assert inference.cpu_ns["backend"] == 20 and inference.cpu_ns["python"] == 30
+    assert sum(inference.cpu_ns.values()) == inference.wall_ns
+    assert inference.events["backend"] == 2
+
+
+def test_torch_intervals_are_flushed_every_flush_every_calls(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.ones(3)
+    recorder = rlsys.start_recording(tmp_path, flush_every=5)
+    try:
+        with torch_backend._mode_class(torch)():
+            for _ in range(12):
+                x.add(1.0)
+            on_disk = recorder.path.read_text().count('"add","backend"')
+    finally:
+        rlsys.stop_recording()
+    assert on_disk == 10  # two full buffers written, two intervals still buffered
+    assert kinds(Session.load_dir(tmp_path).events) == {("add", "backend"): 12}
 
 
 def test_jitted_jax_calls_are_inference_unless_their_tracing_differentiates(tmp_path) -> None:

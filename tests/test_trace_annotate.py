@@ -84,6 +84,23 @@ def test_exception_inside_an_operation_still_records_it(recording, tmp_path: Pat
     assert [e.name for e in Session.load_dir(tmp_path).events] == ["failing"]
 
 
+def test_interval_buffers_become_events_at_each_flush(recording, tmp_path: Path) -> None:
+    tid = threading.get_native_id()
+    intervals = recording.interval_buffer("backend", tid)
+    intervals += [("mm", 10, 25), ("add", 30, 31)]
+    recording.flush()
+    assert intervals == []  # drained into the file
+    intervals.append(("mm", 40, 60))
+    rlsys.stop_recording()  # closing flushes the rest
+    events = Session.load(tmp_path / f"{os.getpid()}.jsonl").events
+    assert [(e.name, e.category, e.start_ns, e.end_ns, e.tid) for e in events] == [
+        ("mm", Category.BACKEND, 10, 25, tid),
+        ("add", Category.BACKEND, 30, 31, tid),
+        ("mm", Category.BACKEND, 40, 60, tid),
+    ]
+    assert all(e.device == "cpu" and e.region is None and e.attrs is None for e in events)
+
+
 def test_threads_have_their_own_stacks(tmp_path: Path) -> None:
     rlsys.start_recording(tmp_path, flush_every=7)
     barrier = threading.Barrier(4)

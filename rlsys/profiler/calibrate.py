@@ -78,7 +78,7 @@ from rlsys.trace import Category
 from rlsys.trace.annotate import TRACE_DIR_ENV
 from rlsys.trace.machine import cpu_model
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: torch intervals cheaper, metadata reads no longer events
 PYTHON = str(Category.PYTHON)
 
 CONFIGURATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -63,7 +63,8 @@ def environment(sources: Iterable[str]) -> dict[str, str]:
 
 
 def install_test_event_cost(environ: Mapping[str, str] | None = None) -> None:
-    """Test only: with RLSYS_PROFILE_TEST_EVENT_COST_NS=N, every recorded event busy-waits N ns.
+    """Test only: with RLSYS_PROFILE_TEST_EVENT_COST_NS=N, every event recorded through
+    `Recorder.emit_raw` (all but torch's buffered BACKEND intervals) busy-waits N ns.
 
     The calibration test injects a known cost this way and checks that it is recovered. N=0
     installs the same wrapper without the wait: the test's baseline, so that the difference

@@ -54,7 +54,8 @@ class Recorder:
     """Collects events of this process and streams them to `<directory>/<pid>.jsonl`.
 
     Events are buffered and written every `flush_every` events (and at `close`), so a crash
-    loses at most one buffer. `clock` is injectable so that tests are exact.
+    loses at most one buffer (one of `emit_raw`'s and one per `interval_buffer`). `clock` is
+    injectable so that tests are exact.
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class Recorder:
         # attrs): building an Event (a frozen dataclass) would cost more than the rest of an
         # annotation. deque: append and popleft are atomic, so threads emit without a lock.
         self._pending: collections.deque[tuple] = collections.deque()
+        self._buffers: list[_IntervalBuffer] = []  # see `interval_buffer`
         self._write_lock = threading.Lock()
         self._local = threading.local()
 
@@ -114,6 +116,21 @@ class Recorder:
         if len(self._pending) >= self.flush_every:
             self.flush()
 
+    def interval_buffer(self, category: str, tid: int) -> list[tuple[str, int, int]]:
+        """A list to append `(name, start_ns, end_ns)` intervals of `category` on thread `tid`.
+
+        For collectors that record very many short intervals (one per torch call): appending
+        a 3-tuple to a list is several times cheaper than an `emit_raw` call, and the fixed
+        parts of their lines (category, pid, tid, no region, no attrs) are formatted once.
+        Each `flush` drains the buffer; the caller calls `flush` when it holds `flush_every`
+        intervals, so a crash loses at most one buffer of each. Its events are not
+        `emit_raw` calls (a patch of `emit_raw` does not see them).
+        """
+        buffer = _IntervalBuffer(category, self.pid, tid)
+        with self._write_lock:
+            self._buffers.append(buffer)
+        return buffer.intervals
+
     def instant(self, name: str, attrs: dict[str, Any] | None = None) -> None:
         now = self.clock()
         self.emit_raw(name, _OPERATION, now, now, self.thread_state().tid, None, attrs)
@@ -123,6 +140,8 @@ class Recorder:
             lines = []
             while self._pending:
                 lines.append(_event_line(self.pid, self._pending.popleft()))
+            for buffer in self._buffers:
+                buffer.drain_into(lines)
             if lines:
                 self.writer.write_event_lines(lines)
 
@@ -210,6 +229,34 @@ def _event_line(pid: int, event: tuple) -> str:
                                                      default=str)  # fmt: skip
     return (f"{_line_head(name, category)}{start},{end}"
             f"{_line_tail(pid, tid, device, region)}{attrs_text}]\n")  # fmt: skip
+
+
+class _IntervalBuffer:
+    """`Recorder.interval_buffer`'s list, and how its intervals become lines."""
+
+    __slots__ = ("category", "heads", "intervals", "tail")
+
+    def __init__(self, category: str, pid: int, tid: int) -> None:
+        self.category = category
+        self.intervals: list[tuple[str, int, int]] = []
+        self.heads: dict[str, str] = {}  # name -> the line up to the times
+        self.tail = _line_tail(pid, tid, "cpu", None) + "null]\n"
+
+    def drain_into(self, lines: list[str]) -> None:
+        # The owning thread may append while we drain: take the first n and delete exactly
+        # those (each list operation is atomic), never clear what arrived meanwhile.
+        intervals = self.intervals
+        n = len(intervals)
+        if not n:
+            return
+        taken = intervals[:n]
+        del intervals[:n]
+        heads, tail = self.heads, self.tail
+        for name, start, end in taken:
+            head = heads.get(name)
+            if head is None:
+                head = heads[name] = _line_head(name, self.category)
+            lines.append(f"{head}{start},{end}{tail}")
 
 
 def _innermost_phase(stack: list[_Span]) -> str | None:
