@@ -81,6 +81,17 @@ def test_torch_records_one_backend_interval_per_outermost_call(tmp_path) -> None
     assert "_softmax_backward_data" not in names  # the autograd engine's work is inside
 
 
+def test_torch_mode_with_nothing_recording_just_calls(tmp_path) -> None:
+    # Hooks installed before (or without) any recorder: `rlsys profile`'s disabled state.
+    torch = pytest.importorskip("torch")
+    mode = torch_backend._mode_class(torch)
+    with mode():
+        total = (torch.ones(3) * 2.0).sum()
+    assert float(total) == 6.0
+    names = Counter(e.name for e in recorded(tmp_path, lambda: None))
+    assert not names.get("mul")
+
+
 def test_torch_trivial_calls_are_not_recorded_and_their_time_stays_python(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     mode = torch_backend._mode_class(torch)

@@ -106,9 +106,9 @@ def _mode_class(torch: ModuleType) -> type:
 
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
             recorder = _Active.recorder  # not active_recorder(): saves a call per torch call
+            if recorder is None:  # installed, nothing recording (also before any recorder)
+                return func(*args, **kwargs) if kwargs else func(*args)
             if recorder is not self.recorder:
-                if recorder is None:
-                    return func(*args, **kwargs) if kwargs else func(*args)
                 self._bind(recorder)
             try:
                 name = self.names[func]
