@@ -8,8 +8,9 @@ Each runs as its own command (`python -c "train(...)"`) in one of three modes:
 * `disabled`: the profiler's bootstrap on PYTHONPATH, so every hook is installed, but no
   recorder (what the automatic operations cost a program while nothing records; the
   user-annotation cost with nothing recording is in the `annotation_overhead` case);
-* `profiled`: `rlsys profile --calibrate` (the calibration is cached per machine and command,
-  so the first repetition also calibrates).
+* `profiled`: `rlsys profile --calibrate` (the calibration is cached per machine and command;
+  the harness gives each repetition its own seed, which is part of the command, so every
+  repetition calibrates: about 100 s each).
 
 Reported: `seconds`, the training loop's own time (the script's `run_seconds`, setup and
 imports excluded), and `command_seconds`, the whole command's wall time. Profiled runs add
