@@ -353,7 +353,8 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
     def loss_of(*parts):
         inner = ctx.child()
         inner.loss_grads = {}  # the loss here is the plain forward pass
-        inner.values[param_edge.node] = Value(joined(parts, 0, max(size, 1)), param.axes)
+        whole = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
+        inner.values[param_edge.node] = Value(whole, param.axes)
         for slice_node, (start, stop) in slices.items():
             inner.values[slice_node] = Value(joined(parts, start, stop), param.axes)
         run_steps(inner, steps)
@@ -372,20 +373,21 @@ def _slices_of(graph: Graph, param: int, path: set[int]) -> tuple[int, dict[int,
     slices of such slices, all along one axis: that axis, and each one's range in `param`
     ({} when there are none, or several axes)."""
     rank = len(graph[param].shape)
+    slices = [graph[n] for n in path if graph[n].op == "slice_axis"]
     axes: set[int] = set()
     found: dict[int, tuple[int, int]] = {}
 
-    def visit(source: int, offset: int) -> None:
-        for node_id in path:
-            node = graph[node_id]
-            edge = node.inputs[0] if node.inputs else None
-            if (node.op == "slice_axis" and edge.node == source and node.domain ==
-                    graph[source].domain and is_identity(edge, graph[source])):  # fmt: skip
+    def visit(source: Node, offset: int) -> None:
+        for node in slices:
+            edge = node.inputs[0]
+            if (edge.node == source.id and node.domain == source.domain
+                    and is_identity(edge, source)):  # fmt: skip
+                start = offset + node.param("start")
                 axes.add(node.param("axis") % rank)
-                found[node_id] = (offset + node.param("start"), offset + node.param("stop"))
-                visit(node_id, found[node_id][0])
+                found[node.id] = (start, offset + node.param("stop"))
+                visit(node, start)
 
-    visit(param, 0)
+    visit(graph[param], 0)
     if len(axes) != 1:
         return 0, {}
     return axes.pop(), found

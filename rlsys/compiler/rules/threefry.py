@@ -52,12 +52,10 @@ def _counters(shape: tuple[int, ...]):
 
 
 def _seed(seed):
+    """[high, low] 32-bit words of an integer seed (high is 0 for a 32-bit seed)."""
     seed = jnp.asarray(seed)
-    high = lax.convert_element_type(lax.shift_right_logical(seed, lax.full_like(seed, 32))
-                                    if seed.dtype.itemsize == 8 else jnp.zeros_like(seed),
-                                    np.uint32)  # fmt: skip
-    low = lax.convert_element_type(seed, np.uint32)
-    return jnp.stack([high, low])
+    high = seed >> 32 if seed.dtype.itemsize == 8 else jnp.zeros_like(seed)
+    return jnp.stack([high.astype(np.uint32), seed.astype(np.uint32)])
 
 
 def _split(key, shape: tuple[int, ...]):
