@@ -265,7 +265,7 @@ def _patch_envpool_gymnasium(module: ModuleType, sources: frozenset[str]) -> Non
 
 def _patch_torch(torch: ModuleType, sources: frozenset[str]) -> None:
     if _sources.CCALLS in sources and active_recorder() is not None:
-        # A pushed mode costs every torch call a Python dispatch, even when it records
+        # Wrapped entry points cost every torch call a Python call, even when they record
         # nothing: only while recording, never in a program that merely has the hooks.
         torch_backend.install(torch)
     if _sources.ANNOTATIONS not in sources:

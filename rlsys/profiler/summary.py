@@ -70,7 +70,7 @@ SUMMARY_FILE = "summary.json"
 
 NOTE = (
     "Categories come from what was recorded: simulator = inside environment step/reset, "
-    "backend = inside outermost torch calls and jitted JAX calls/waits; thread time under "
+    "backend = inside torch's native calls and jitted JAX calls/waits; thread time under "
     "no recorded interval counts as python. CUDA API and GPU time are not collected yet."
 )
 

@@ -5,8 +5,8 @@ C-call intervals (the "ccalls" source of `rlsys.profiler.sources`), CPU-category
 `Recorder.emit_raw`, one event per interval, written when the interval ends (torch, whose
 intervals are the most numerous, appends them to a `Recorder.interval_buffer` instead):
 
-- `torch_backend`: the outermost torch function / Tensor method call (a TorchFunctionMode),
-  except metadata reads cheaper than their recording.
+- `torch_backend`: each call of a C-implemented torch function or Tensor method, and each
+  backward pass (wrapped entry points), except metadata reads cheaper than their recording.
 - `jax_backend`: jitted JAX calls, waits on results; plus JAX's automatic operations.
 
 Simulator intervals come from the environment wrappers of `rlsys.profiler.hooks`, which
