@@ -150,6 +150,11 @@ def test_calibrations_are_cached_per_command(tmp_path, monkeypatch, fake_runs) -
     assert path.parent == tmp_path / "cache" / "rlsys" / "calibration"
     assert calibrate.load_cached(["python", "a.py"]) == calibration
     assert calibrate.load_cached(["python", "b.py"]) is None
+    # A change to the instrumentation's code makes the cached costs stale.
+    monkeypatch.setattr(calibrate, "instrumentation_fingerprint", lambda: "changed")
+    assert calibrate.load_cached(["python", "a.py"]) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path.write_text("{not json")
     with pytest.raises(calibrate.CalibrationError, match="--recalibrate"):
         calibrate.load_cached(["python", "a.py"])

@@ -49,9 +49,10 @@ profiler slowed the program.
 
 The cost is a per-machine, per-workload fact (it depends on the CPU, its load and what the
 events look like), so a calibration is cached under `~/.cache/rlsys/calibration/` (or
-$XDG_CACHE_HOME), keyed by a hash of the machine and the command, and reused until
-`--recalibrate`. For a command of several processes the correction subtracts every
-process's overhead from the wall time, which overcorrects where workers ran in parallel.
+$XDG_CACHE_HOME), keyed by a hash of the machine, the command and the instrumentation's own
+code, and reused until `--recalibrate`. For a command of several processes the correction
+subtracts every process's overhead from the wall time, which overcorrects where workers ran
+in parallel.
 """
 
 from __future__ import annotations
@@ -405,15 +406,31 @@ def machine_fingerprint() -> dict[str, Any]:
     }
 
 
+def instrumentation_fingerprint() -> str:
+    """A hash of the code that runs per recorded event (hooks, collectors, the recorder): a
+    change to it changes the costs, so it makes cached calibrations stale."""
+    package = Path(__file__).resolve().parents[1]
+    collectors = (package / "profiler" / "collectors").glob("*.py")
+    trace = (package / "trace").glob("*.py")
+    files = sorted([package / "profiler" / "hooks.py", package / "profiler" / "sources.py",
+                    *collectors, *trace])  # fmt: skip
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "rlsys" / "calibration"
 
 
 def cache_path(command: Sequence[str], machine: Mapping[str, Any] | None = None) -> Path:
-    """`<cache>/<hash of machine + command + cwd>.json` (a relative script path needs the cwd)."""
+    """`<cache>/<hash of machine + command + cwd + instrumentation>.json` (a relative script
+    path needs the cwd)."""
     key = {
         "version": CALIBRATION_VERSION,
+        "instrumentation": instrumentation_fingerprint(),
         "machine": dict(machine or machine_fingerprint()),
         "command": list(command),
         "cwd": os.getcwd(),
