@@ -68,6 +68,7 @@ from typing import Any
 from rlsys.profiler import sources as _sources
 from rlsys.profiler.collectors import jax_backend, torch_backend
 from rlsys.trace import Category, active_recorder, operation
+from rlsys.trace.annotate import _Active
 
 SIMULATION = "simulation"
 INFERENCE = "inference"
@@ -164,7 +165,8 @@ def outermost(
 
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if name in _OPEN.names:  # the fast path, inlined
+            # The fast paths, inlined: nothing recording, or nested in the operation.
+            if _Active.recorder is None or name in _OPEN.names:
                 return function(*args, **kwargs)
             return _call_as(name, function, *args, **kwargs)
 
@@ -173,7 +175,7 @@ def outermost(
 
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if name in _OPEN.names:
+            if _Active.recorder is None or name in _OPEN.names:
                 return function(*args, **kwargs)
             return _call_in(name, category_name, annotate, function, args, kwargs)
 
@@ -298,7 +300,7 @@ def _inference_call(torch: ModuleType, call: Callable[..., Any]) -> Callable[...
         # Nothing recording: one call, so that a program with the hooks but no recorder pays
         # almost nothing. Inside torch.compile's tracing, annotating would only cost graph
         # breaks.
-        if active_recorder() is None or is_grad_enabled() or INFERENCE in _OPEN.names:
+        if _Active.recorder is None or is_grad_enabled() or INFERENCE in _OPEN.names:
             return call(self, *args, **kwargs)
         if is_compiling():
             return call(self, *args, **kwargs)
