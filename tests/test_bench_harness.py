@@ -117,9 +117,9 @@ def _order(cases_dir: Path) -> list[str]:
     return (cases_dir.parent / "order.log").read_text().split()
 
 
-def test_schedule_alternates_systems() -> None:
-    assert schedule(["a", "b", "c"], 2) == [
-        (0, "a"), (0, "b"), (0, "c"), (1, "a"), (1, "b"), (1, "c"),
+def test_schedule_alternates_systems_reversing_every_repetition() -> None:
+    assert schedule(["a", "b", "c"], 3) == [
+        (0, "a"), (0, "b"), (0, "c"), (1, "c"), (1, "b"), (1, "a"), (2, "a"), (2, "b"), (2, "c"),
     ]  # fmt: skip
 
 
@@ -139,11 +139,11 @@ def test_run_alternates_processes_and_writes_json_and_markdown(
     argv = ["bench", "run", "fake", "--systems", "a,b,ghost", "--reps", "2", "--seed", "7"]
     argv += ["--out", str(out), "--results-md", str(results_md), "--cases-dir", str(cases_dir)]
     assert main(argv) == 0
-    assert _order(cases_dir) == ["a", "b", "a", "b"]
+    assert _order(cases_dir) == ["a", "b", "b", "a"]
 
     data = json.loads((out / "fake.json").read_text())
     assert [(r["system"], r["rep"]) for r in data["records"]] == [
-        ("a", 0), ("b", 0), ("a", 1), ("b", 1),
+        ("a", 0), ("b", 0), ("b", 1), ("a", 1),
     ]  # fmt: skip
     first = data["records"][0]
     assert first["returncode"] == 0 and first["error"] is None

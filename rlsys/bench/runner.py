@@ -1,8 +1,11 @@
 """Run the systems of a case, alternating, and keep every run as a record.
 
-Systems run alternately (A B C A B C ...) rather than one after the other (A A A B B B):
-a machine's speed drifts over a few minutes (thermal limits, other load, page cache), and
-alternation spreads that drift over all systems instead of charging it to whichever ran last.
+Systems run alternately, in an order that reverses every repetition (A B C C B A A B C ...),
+rather than one after the other (A A A B B B): a machine's speed drifts over a few minutes
+(thermal limits, other load, page cache), and alternation spreads that drift over all systems
+instead of charging it to whichever ran last. The reversal keeps a steady drift from favouring
+the same system in every repetition (with A B C A B C and a machine that speeds up, C always
+runs on the fastest machine of its repetition).
 Each run is a fresh process, so import and compile costs count in its wall time and no
 system inherits another's warm caches or memory.
 """
@@ -67,8 +70,12 @@ class CaseRun:
 
 
 def schedule(systems: Sequence[str], reps: int) -> list[tuple[int, str]]:
-    """The run order: (rep, system) for rep 0 of every system, then rep 1, ..."""
-    return [(rep, name) for rep in range(reps) for name in systems]
+    """The run order: (rep, system) for rep 0 of every system, then rep 1 in reverse, ..."""
+    return [
+        (rep, name)
+        for rep in range(reps)
+        for name in (systems if rep % 2 == 0 else list(reversed(systems)))
+    ]
 
 
 def child_command(case: Case, system: str, *, quick: bool, seed: int) -> list[str]:
