@@ -24,6 +24,7 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import Logger
 
 from benchmarks.baselines import HYPER, Hyper, Progress
 
@@ -101,6 +102,9 @@ def train(total_steps: int, seed: int, *, target: float | None = None,
         device="cpu",
         verbose=0,
     )
+    # What SB3 builds for verbose=0 (no outputs), minus the empty /tmp/SB3-<time> folder its
+    # default makes on every run.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     callback = _Returns(progress)
     num_iterations = hyper.iterations(total_steps)
     setup_seconds = time.perf_counter() - began

@@ -26,15 +26,16 @@ it leaves alone: metadata reads (`TRIVIAL_*`, tensor properties), which take 60 
 cheaper to run than to record, so their time is Python.
 
 Installing wraps about 2,200 callables in about 0.15 s. With no recorder active, a wrapper
-costs one attribute test: the hooks install it only while
-`rlsys profile` records, never in a program that merely has them.
+costs one attribute test, and the hooks install the wrappers only while `rlsys profile`
+records, never in a program that merely has the hooks.
 
 Nesting: native code that calls back into Python which calls torch (a custom autograd
 Function's Python `backward`, a `__torch_function__` override) gives nested intervals; both
 are Backend, and the breakdown merges overlapping intervals of one category.
 
-Limits: a callable bound before `install` runs (`from torch import tanh` in a module imported
-earlier than torch's own import hook fires) is not wrapped, so its time is Python;
+Limits: code that bound a function by name while torch itself was being imported (`from
+torch import tanh` in a torch submodule) keeps the original, whose calls are not recorded
+(their time is Python);
 `torch.jit.script` sees the wrappers as the builtins they wrap (registered below);
 `torch.compile` traces into the wrappers and may break its graph at them.
 """
