@@ -86,11 +86,15 @@ def test_exception_inside_an_operation_still_records_it(recording, tmp_path: Pat
 
 def test_interval_buffers_become_events_at_each_flush(recording, tmp_path: Path) -> None:
     tid = threading.get_native_id()
-    intervals = recording.interval_buffer("backend", tid)
-    intervals += [("mm", 10, 25), ("add", 30, 31)]
+    names = ["mm", "add"]
+    times = recording.interval_buffer("backend", tid, names)
+    times.extend([0, 10, 25, 1, 30, 31])
     recording.flush()
-    assert intervals == []  # drained into the file
-    intervals.append(("mm", 40, 60))
+    assert len(times) == 0  # drained into the file
+    times.extend([0, 40])  # half an interval: its owner was between appends
+    recording.flush()
+    assert list(times) == [0, 40]  # left for the next flush
+    times.append(60)
     rlsys.stop_recording()  # closing flushes the rest
     events = Session.load(tmp_path / f"{os.getpid()}.jsonl").events
     assert [(e.name, e.category, e.start_ns, e.end_ns, e.tid) for e in events] == [

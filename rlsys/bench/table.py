@@ -164,7 +164,8 @@ def markdown(run: CaseRun, rows: Sequence[Summary], *, command: str, machine: di
     lines += [
         "",
         f"Medians over {run.reps} run(s) per system{quick}, systems alternating (the order "
-        "reversed every repetition), each run a fresh process. *wall s*: the whole process (imports, compilation, work). "
+        "reversed every repetition), each run a fresh process. *wall s*: the whole process "
+        "(imports, compilation, work). "
         f"*{case.unit}/s*: work over the region the system timed itself. *peak RSS*: the "
         "process and all its descendants, summed. Ratios are against the baseline, "
         f"`{case.baseline}`.",

@@ -22,6 +22,7 @@ recording because `start_recording` exports RLSYS_TRACE_DIR to the environment.
 
 from __future__ import annotations
 
+import array
 import atexit
 import collections
 import functools
@@ -29,7 +30,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,20 +117,29 @@ class Recorder:
         if len(self._pending) >= self.flush_every:
             self.flush()
 
-    def interval_buffer(self, category: str, tid: int) -> list[tuple[str, int, int]]:
-        """A list to append `(name, start_ns, end_ns)` intervals of `category` on thread `tid`.
+    def interval_buffer(self, category: str, tid: int, names: Sequence[str]) -> array.array:
+        """An array to append intervals of `category` on thread `tid` to, three integers
+        each: `code, start_ns, end_ns`, where `names[code]` is the event's name (`names` may
+        grow; it is read at each flush).
 
-        For collectors that record very many short intervals (one per torch call): appending
-        a 3-tuple to a list is several times cheaper than an `emit_raw` call, and the fixed
-        parts of their lines (category, pid, tid, no region, no attrs) are formatted once.
+        For collectors that record very many short intervals (one per torch call): three
+        appends are several times cheaper than an `emit_raw` call, and the fixed parts of
+        their lines (category, pid, tid, no region, no attrs) are formatted once. Why
+        integers in an array, not a list of `(name, start, end)` tuples: thousands of tuples
+        alive until the next flush make Python's garbage collector run, promote them and
+        sweep the whole heap again and again, while an array's integers are not objects
+        the collector tracks. (The CleanRL-style PPO recording its torch calls, in-process,
+        min of 5 rounds against its unrecorded loop: 1.28x with tuples, 1.00x with tuples
+        and the collector disabled; 1.17x with the array, and the same with the collector
+        disabled.)
         Each `flush` drains the buffer; the caller calls `flush` when it holds `flush_every`
         intervals, so a crash loses at most one buffer of each. Its events are not
         `emit_raw` calls (a patch of `emit_raw` does not see them).
         """
-        buffer = _IntervalBuffer(category, self.pid, tid)
+        buffer = _IntervalBuffer(category, self.pid, tid, names)
         with self._write_lock:
             self._buffers.append(buffer)
-        return buffer.intervals
+        return buffer.times
 
     def instant(self, name: str, attrs: dict[str, Any] | None = None) -> None:
         now = self.clock()
@@ -232,30 +242,33 @@ def _event_line(pid: int, event: tuple) -> str:
 
 
 class _IntervalBuffer:
-    """`Recorder.interval_buffer`'s list, and how its intervals become lines."""
+    """`Recorder.interval_buffer`'s array, and how its intervals become lines."""
 
-    __slots__ = ("category", "heads", "intervals", "tail")
+    __slots__ = ("category", "heads", "names", "tail", "times")
 
-    def __init__(self, category: str, pid: int, tid: int) -> None:
+    def __init__(self, category: str, pid: int, tid: int, names: Sequence[str]) -> None:
         self.category = category
-        self.intervals: list[tuple[str, int, int]] = []
-        self.heads: dict[str, str] = {}  # name -> the line up to the times
+        self.names = names
+        self.times = array.array("q")  # code, start_ns, end_ns, code, ...
+        self.heads: dict[int, str] = {}  # code -> the line up to the times
         self.tail = _line_tail(pid, tid, "cpu", None) + "null]\n"
 
     def drain_into(self, lines: list[str]) -> None:
-        # The owning thread may append while we drain: take the first n and delete exactly
-        # those (each list operation is atomic), never clear what arrived meanwhile.
-        intervals = self.intervals
-        n = len(intervals)
+        # The owning thread may append while we drain: take the first n values, n a multiple
+        # of 3 (it may be between the appends of one interval), and delete exactly those
+        # (each array operation is atomic), never what arrived meanwhile.
+        times = self.times
+        n = len(times) - len(times) % 3
         if not n:
             return
-        taken = intervals[:n]
-        del intervals[:n]
+        taken = times[:n]
+        del times[:n]
         heads, tail = self.heads, self.tail
-        for name, start, end in taken:
-            head = heads.get(name)
+        values = iter(taken)
+        for code, start, end in zip(values, values, values, strict=True):
+            head = heads.get(code)
             if head is None:
-                head = heads[name] = _line_head(name, self.category)
+                head = heads[code] = _line_head(self.names[code], self.category)
             lines.append(f"{head}{start},{end}{tail}")
 
 

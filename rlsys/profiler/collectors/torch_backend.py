@@ -20,10 +20,10 @@ Why wrappers, not a `TorchFunctionMode`: a mode sends every torch call through
 (metadata reads such as `.grad`, `.shape` and `dim()` included). Recording the CleanRL-style
 PPO's torch calls in-process (7 interleaved rounds of 4096 env steps, process time, medians)
 made its loop 1.58x slower with a mode and 1.14x with these wrappers. A wrapper costs about
-0.5 us per recorded call (two clock reads, a dict lookup for the thread's buffer, a list append
-into `Recorder.interval_buffer`, its JSON line at the next flush) and nothing for the calls
-it leaves alone: metadata reads (`TRIVIAL_*`, tensor properties), which take 60 to 460 ns,
-cheaper to run than to record, so their time is Python.
+0.5 us per recorded call (two clock reads, a dict lookup for the thread's buffer, three
+integers appended to `Recorder.interval_buffer`, its JSON line at the next flush) and
+nothing for the calls it leaves alone: metadata reads (`TRIVIAL_*`, tensor properties),
+which take 60 to 460 ns, cheaper to run than to record, so their time is Python.
 
 Installing wraps about 2,200 callables in about 0.15 s. With no recorder active, a wrapper
 costs one attribute test, and the hooks install the wrappers only while `rlsys profile`
@@ -78,8 +78,11 @@ PYTHON_METHODS = ("split", "norm", "unique", "unique_consecutive", "stft", "istf
 """Tensor methods written in Python whose work is native (they call unwrapped C methods)."""
 
 _INSTALLED = "__rlsys_backend_wrappers__"  # on the torch module: [(owner, name, original)]
-_SINKS: dict[int, tuple[Any, Callable[[], int], list, int]] = {}
-"""Per thread (`get_ident()`): (recorder, its clock, this thread's interval buffer, flush_every)."""
+_NAMES: list[str] = []
+"""Event names by code: each wrapper appends the code of its name to the interval buffer."""
+_SINKS: dict[int, tuple[Any, Callable[[], int], Any, int]] = {}
+"""Per thread (`get_ident()`): (recorder, its clock, this thread's interval buffer, the
+buffer's length at which to flush)."""
 
 
 def install(torch: ModuleType) -> None:
@@ -149,6 +152,9 @@ def _is_method_op(name: str, method: Any) -> bool:
 
 
 def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
+    code = len(_NAMES)
+    _NAMES.append(name)
+
     def call(*args: Any, **kwargs: Any) -> Any:
         recorder = _Active.recorder  # not active_recorder(): saves a call per torch call
         if recorder is None:
@@ -161,9 +167,12 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
         try:
             return function(*args, **kwargs) if kwargs else function(*args)
         finally:
-            intervals = sink[2]
-            intervals.append((name, start, clock()))
-            if len(intervals) >= sink[3]:
+            end = clock()
+            times = sink[2]
+            times.append(code)
+            times.append(start)
+            times.append(end)
+            if len(times) >= sink[3]:
                 recorder.flush()
 
     # The torch function's name and docstring, for help() and tracebacks.
@@ -174,7 +183,8 @@ def _bind(recorder: Any) -> tuple[Any, Callable[[], int], list, int]:
     """This thread's sink for `recorder`: a new thread, or a new recorder (the first one,
     or a forked child's)."""
     tid = recorder.thread_state().tid
-    sink = (recorder, recorder.clock, recorder.interval_buffer(BACKEND, tid), recorder.flush_every)
+    buffer = recorder.interval_buffer(BACKEND, tid, _NAMES)
+    sink = (recorder, recorder.clock, buffer, 3 * recorder.flush_every)
     _SINKS[get_ident()] = sink
     return sink
 
