@@ -30,12 +30,24 @@ Import them with the repository root on `sys.path`: `from benchmarks.baselines i
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 TARGET_RETURN = 475.0
+
+TORCH_PPO = {"cleanrl": "cleanrl_style_ppo", "sb3": "sb3_ppo"}
+"""The PyTorch PPOs that the profiler's benchmarks profile: short name -> module here."""
+
+
+def torch_ppo(name: str) -> ModuleType:
+    """The module of PyTorch PPO `name` (a key of TORCH_PPO), imported now."""
+    return importlib.import_module(f"{__name__}.{TORCH_PPO[name]}")
+
+
 """CartPole-v1's "solved" return (gymnasium's reward_threshold)."""
 WINDOW = 10
 """The target is met when the mean return of the last WINDOW iterations with episodes is."""

@@ -31,6 +31,11 @@ from typing import Any
 from rlsys.bench import Case, System, child_main, report
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.baselines import TORCH_PPO, torch_ppo  # noqa: E402  (needs the repo on the path)
+
 STEPS = {False: 16_384, True: 4_096}
 BATCHES, CALLS = 15, 20_000
 
@@ -80,11 +85,7 @@ def run(*, quick: bool, seed: int, impl: str) -> None:
     hooks.outermost = _counting(counts, "wrapper", outermost)
     hooks._inference_call = _counting(counts, "module", inference_call)
     hooks.install(sources.enabled())  # before the workload imports gymnasium, torch, SB3
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.baselines import cleanrl_style_ppo, sb3_ppo
-
-    workload = {"cleanrl": cleanrl_style_ppo, "sb3": sb3_ppo}[impl]
+    workload = torch_ppo(impl)
     result = workload.train(STEPS[quick], seed)
 
     import torch
@@ -120,10 +121,8 @@ CASE = Case(
     baseline="cleanrl",
     timeout_s=300.0,
     systems=[
-        System(
-            impl, run=run, params={"impl": impl}, description=f"benchmarks/baselines/{module}.py"
-        )
-        for impl, module in (("cleanrl", "cleanrl_style_ppo"), ("sb3", "sb3_ppo"))
+        System(name, run=run, params={"impl": name}, description=f"baselines/{module}.py")
+        for name, module in TORCH_PPO.items()
     ],
 )
 

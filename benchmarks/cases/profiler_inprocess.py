@@ -26,6 +26,11 @@ from pathlib import Path
 from rlsys.bench import Case, System, child_main, report
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.baselines import TORCH_PPO, torch_ppo  # noqa: E402  (needs the repo on the path)
+
 STEPS = {False: 4_096, True: 1_024}  # env steps per round
 ROUNDS = {False: 7, True: 2}
 
@@ -38,11 +43,7 @@ def run(*, quick: bool, seed: int, impl: str) -> None:
     try:
         rlsys.start_recording(Path(folder) / "setup")  # the torch collector installs on import
         hooks.install(sources.enabled())
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))
-        from benchmarks.baselines import cleanrl_style_ppo, sb3_ppo
-
-        workload = {"cleanrl": cleanrl_style_ppo, "sb3": sb3_ppo}[impl]
+        workload = torch_ppo(impl)
         rlsys.stop_recording()
         workload.train(STEPS[quick] // 2, seed)  # warm up
         times: dict[str, list[float]] = {"idle": [], "recording": []}
@@ -77,10 +78,8 @@ CASE = Case(
     baseline="cleanrl",
     timeout_s=600.0,
     systems=[
-        System(
-            impl, run=run, params={"impl": impl}, description=f"benchmarks/baselines/{module}.py"
-        )
-        for impl, module in (("cleanrl", "cleanrl_style_ppo"), ("sb3", "sb3_ppo"))
+        System(name, run=run, params={"impl": name}, description=f"baselines/{module}.py")
+        for name, module in TORCH_PPO.items()
     ],
 )
 

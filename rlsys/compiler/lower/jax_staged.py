@@ -211,8 +211,11 @@ class StagedLoop:
         for index in order:
             carry, values = self.step(ctx, carry, index)
             for m, value in values.items():
-                kept[m].append(np.asarray(value))
-        stacked = {m: np.stack(v[::-1] if self.loop.reverse else v) for m, v in kept.items()}
+                # Kept as they are: converting a step's values to NumPy here would wait for
+                # its last segment to finish before the next step's first could be dispatched.
+                kept[m].append(value)
+        stacked = {m: np.stack(jax.device_get(v[::-1] if self.loop.reverse else v))
+                   for m, v in kept.items()}  # fmt: skip
         LoopPlan.make(ctx, self.loop).store(stacked)
 
 
