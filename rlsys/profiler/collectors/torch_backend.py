@@ -179,7 +179,7 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
     return functools.update_wrapper(call, function)
 
 
-def _bind(recorder: Any) -> tuple[Any, Callable[[], int], list, int]:
+def _bind(recorder: Any) -> tuple[Any, Callable[[], int], Any, int]:
     """This thread's sink for `recorder`: a new thread, or a new recorder (the first one,
     or a forked child's)."""
     tid = recorder.thread_state().tid
