@@ -37,7 +37,10 @@ Limits: code that bound a function by name while torch itself was being imported
 torch import tanh` in a torch submodule) keeps the original, whose calls are not recorded
 (their time is Python);
 `torch.jit.script` sees the wrappers as the builtins they wrap (registered below);
-`torch.compile` traces into the wrappers and may break its graph at them.
+`torch.compile` traces into the wrappers and breaks its graph at them (a compiled
+`nn.Sequential` profiled with them gave the right outputs, with dynamo warning that it cannot
+trace `get_ident`, `monotonic_ns` and the wrapped builtins), so while it is profiled,
+compiled code runs as smaller graphs with eager calls between them.
 """
 
 from __future__ import annotations
