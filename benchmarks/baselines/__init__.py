@@ -38,6 +38,9 @@ from types import ModuleType
 from typing import Any
 
 TARGET_RETURN = 475.0
+"""CartPole-v1's "solved" return (gymnasium's reward_threshold)."""
+WINDOW = 10
+"""The target is met when the mean return of the last WINDOW iterations with episodes is."""
 
 TORCH_PPO = {"cleanrl": "cleanrl_style_ppo", "sb3": "sb3_ppo"}
 """The PyTorch PPOs that the profiler's benchmarks profile: short name -> module here."""
@@ -46,11 +49,6 @@ TORCH_PPO = {"cleanrl": "cleanrl_style_ppo", "sb3": "sb3_ppo"}
 def torch_ppo(name: str) -> ModuleType:
     """The module of PyTorch PPO `name` (a key of TORCH_PPO), imported now."""
     return importlib.import_module(f"{__name__}.{TORCH_PPO[name]}")
-
-
-"""CartPole-v1's "solved" return (gymnasium's reward_threshold)."""
-WINDOW = 10
-"""The target is met when the mean return of the last WINDOW iterations with episodes is."""
 
 
 @dataclass(frozen=True)
