@@ -101,16 +101,22 @@ def test_torch_records_one_backend_interval_per_native_call(tmp_path) -> None:
 
 def test_uninstall_puts_the_originals_back() -> None:
     torch = pytest.importorskip("torch")
-    if getattr(torch, "__rlsys_backend_wrappers__", None) is not None:
-        pytest.skip("installed for good by an earlier in-process profile")
-    originals = (torch.tanh, torch.Tensor.add, torch.nn.functional.linear, torch.Tensor.__mul__)
-    engine = torch.autograd.variable.Variable._execution_engine
-    with torch_wrapped():
-        assert torch.tanh is not originals[0] and torch.tanh.__wrapped__ is originals[0]
-        assert torch.Tensor.__mul__ is not originals[3]
-    assert (torch.tanh, torch.Tensor.add, torch.nn.functional.linear,
-            torch.Tensor.__mul__) == originals  # fmt: skip
-    assert torch.autograd.variable.Variable._execution_engine is engine
+    # An earlier in-process profile may have installed them for good: start from the originals.
+    already = getattr(torch, "__rlsys_backend_wrappers__", None) is not None
+    torch_backend.uninstall(torch)
+    try:
+        originals = (torch.tanh, torch.Tensor.add, torch.nn.functional.linear,
+                     torch.Tensor.__mul__)  # fmt: skip
+        engine = torch.autograd.variable.Variable._execution_engine
+        with torch_wrapped():
+            assert torch.tanh is not originals[0] and torch.tanh.__wrapped__ is originals[0]
+            assert torch.Tensor.__mul__ is not originals[3]
+        assert (torch.tanh, torch.Tensor.add, torch.nn.functional.linear,
+                torch.Tensor.__mul__) == originals  # fmt: skip
+        assert torch.autograd.variable.Variable._execution_engine is engine
+    finally:
+        if already:
+            torch_backend.install(torch)
 
 
 def test_wrapped_torch_still_scripts_and_pickles() -> None:

@@ -36,6 +36,11 @@ from pathlib import Path
 from rlsys.bench import Case, System, child_main, report
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.baselines import TORCH_PPO  # noqa: E402  (needs the repo on the path)
+
 STEPS = {False: 16_384, True: 4_096}  # env steps: full, --quick
 
 WORKLOAD = """
@@ -46,11 +51,9 @@ result = workload.train({steps}, {seed})
 open(sys.argv[1], "w").write(json.dumps(result))
 """
 
-MODULES = {"cleanrl": "cleanrl_style_ppo", "sb3": "sb3_ppo"}
-
 
 def _command(impl: str, steps: int, seed: int, result: Path) -> list[str]:
-    code = WORKLOAD.format(root=str(ROOT), module=MODULES[impl], steps=steps, seed=seed)
+    code = WORKLOAD.format(root=str(ROOT), module=TORCH_PPO[impl], steps=steps, seed=seed)
     return [sys.executable, "-c", code, str(result)]
 
 
@@ -109,9 +112,9 @@ def _systems() -> list[System]:
             f"{impl}-{mode}",
             run=run,
             params={"impl": impl, "mode": mode},
-            description=f"{MODULES[impl]}: {text}",
+            description=f"{TORCH_PPO[impl]}: {text}",
         )
-        for impl in MODULES
+        for impl in TORCH_PPO
         for mode, text in descriptions.items()
     ]
 
