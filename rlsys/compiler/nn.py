@@ -7,7 +7,9 @@ clipping and checkpoints simple, and Adam is elementwise, so the result equals p
 Adam.
 
 Initialization follows CleanRL / PureJaxRL: orthogonal weights (gain sqrt(2) for hidden
-layers, `output_gain` for the last), zero biases, reproducible from `seed`.
+layers, `output_gain` for the last), zero biases, reproducible from `seed`. The weights are
+drawn with NumPy, not `jax.nn.initializers`: run eagerly, JAX compiles every random draw and
+QR of a new shape, about 2 s for PPO's two networks on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import jax
 import numpy as np
 
 from rlsys.compiler.builder import current_program
@@ -23,6 +24,16 @@ from rlsys.compiler.index import Dim
 from rlsys.compiler.tensor import RecurrentTensor, constant
 
 ACTIVATIONS = ("tanh", "relu")
+
+
+def orthogonal(rng: np.random.Generator, n_in: int, n_out: int, gain: float) -> np.ndarray:
+    """An (n_in, n_out) matrix with orthonormal rows or columns (whichever are fewer), times
+    `gain`: the Q of a Gaussian matrix, signs fixed by R's diagonal so that Q is uniformly
+    distributed (Saxe et al. 2014; what torch's `orthogonal_` and JAX's initializer draw)."""
+    tall = rng.standard_normal((max(n_in, n_out), min(n_in, n_out)))
+    q, r = np.linalg.qr(tall)
+    q *= np.sign(np.diag(r))
+    return gain * (q if n_in >= n_out else q.T)
 
 
 class MLP:
@@ -64,13 +75,13 @@ class MLP:
         return sum(n_in * n_out + n_out for n_in, n_out in self.layers)
 
     def _initial_parameters(self, output_gain: float, seed: int) -> np.ndarray:
-        keys = jax.random.split(jax.random.PRNGKey(seed), len(self.sizes) - 1)
+        rng = np.random.default_rng(seed)
         pieces = []
         layers = self.layers
         for k, (n_in, n_out) in enumerate(layers):
             gain = output_gain if k == len(layers) - 1 else math.sqrt(2.0)
-            weight = jax.nn.initializers.orthogonal(gain)(keys[k], (n_in, n_out))
-            pieces += [np.asarray(weight, "float32").ravel(), np.zeros(n_out, "float32")]
+            weight = orthogonal(rng, n_in, n_out, gain)
+            pieces += [weight.astype("float32").ravel(), np.zeros(n_out, "float32")]
         return np.concatenate(pieces)
 
     def __call__(self, x: RecurrentTensor, params: RecurrentTensor | None = None):

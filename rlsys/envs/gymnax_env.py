@@ -14,12 +14,16 @@ and returns its parts packed in one vector; the properties below slice them out.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import sys
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from rlsys.compiler.errors import RecurrenceError
@@ -28,18 +32,54 @@ from rlsys.compiler.rules.base import register
 from rlsys.compiler.rules.threefry import typed_key
 from rlsys.compiler.tensor import RecurrentTensor, lift
 
+# gymnax imports these at its own import only to draw frames (Pong, Rooms); with them come
+# scipy and pandas: about 2 of the 2.7 s `import gymnax` takes on a 2-core machine.
+_DRAWING_MODULES = ("seaborn", "matplotlib.pyplot")
+
+
+class _LoadedOnFirstUse(types.ModuleType):
+    """Stands in for a module until one of its attributes is read, then imports it. (The
+    standard `importlib.util.LazyLoader` loads as soon as another `import` statement names
+    the module: the import system reads `__spec__`.)"""
+
+    def __getattr__(self, attr: str):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def _import_gymnax():
+    """`import gymnax`, with its drawing modules imported on first use."""
+    for name in _DRAWING_MODULES:
+        if name in sys.modules or not _installed(name):
+            continue
+        sys.modules[name] = stand_in = _LoadedOnFirstUse(name)
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, stand_in)
+    import gymnax
+
+    return gymnax
+
 
 @functools.cache
 def _environment(env_id: str):
-    import gymnax  # slow to import (seconds): only when a program uses it
-
+    gymnax = _import_gymnax()  # slow (seconds): only when a program uses it
     try:
         env, params = gymnax.make(env_id)
     except (ValueError, KeyError) as err:
         known = ", ".join(sorted(gymnax.registered_envs)[:8])
         raise RecurrenceError(f"unknown gymnax environment {env_id!r} (e.g. {known}, ...)") from err
-    _, state = env.reset(jax.random.PRNGKey(0), params)
-    _, unravel = ravel_pytree(state)
+    # The state's layout, from shapes: an eager reset would compile its random draws.
+    shapes = jax.eval_shape(env.reset, jax.random.PRNGKey(0), params)[1]
+    _, unravel = ravel_pytree(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
     return env, params, unravel
 
 
