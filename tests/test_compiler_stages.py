@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import rlsys.compiler.lower.jax_program as jax_program
+import rlsys.compiler.lower.jax_staged as jax_staged
 import rlsys.rt as rt
 from rlsys.algos.config import PPOConfig
 from rlsys.algos.ppo import build_ppo
@@ -58,6 +59,24 @@ def test_host_loops_compute_what_an_ordered_callback_computes(monkeypatch) -> No
     assert staged_out.keys() == callback_out.keys()
     for name, value in staged_out.items():
         np.testing.assert_allclose(value, callback_out[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_rotated_host_loop_computes_what_the_plain_one_computes(monkeypatch) -> None:
+    """PPO's acting loop is [policy -> env.step -> the rest of the step]: it runs rotated,
+    one jitted call per step (the rest of a step with the next step's policy). Without
+    rotation, two calls per step, the program computes the same."""
+    rotated_runs = []
+    run = jax_staged.Rotated.run
+    monkeypatch.setattr(jax_staged.Rotated, "run",
+                        lambda self, *args: rotated_runs.append(1) or run(self, *args))  # fmt: skip
+    built = small_ppo("gymnasium:CartPole-v1")
+    rotated = built.program.compile(bounds=built.bounds).run()
+    assert rotated_runs, "the acting loop did not run rotated"
+    monkeypatch.setattr(jax_staged, "Rotated", lambda *args: None)
+    built = small_ppo("gymnasium:CartPole-v1")
+    plain = built.program.compile(bounds=built.bounds).run()
+    for name, value in rotated.items():
+        np.testing.assert_allclose(value, plain[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 @pytest.mark.parametrize(("backend", "reverse_reads"),

@@ -110,13 +110,19 @@ class LoopPlan:
         return indices, slices
 
     def initial_carry(self) -> dict[int, Any]:
-        carry = {}
-        for member, size in _window_sizes(self.ctx, self.loop).items():
-            node = self.ctx.graph[member]
-            extents = tuple(self.ctx.extent(d) for d in self.window_axes[member])
-            shape = extents + concrete_shape(node, self.ctx.bounds)
-            carry[member] = jnp.zeros((size, *shape), node.dtype)
-        return carry
+        return {m: self._zeros(m, size) for m, size in _window_sizes(self.ctx, self.loop).items()}
+
+    def initial_stacks(self) -> dict[int, Any]:
+        """Zeros for the kept members' values at every step (loop dim first), for a loop run
+        from the host that writes each step's values in place (`jax_staged.py`)."""
+        return {m: self._zeros(m, self.ctx.extent(self.loop.dim)) for m in sorted(self.kept)}
+
+    def _zeros(self, member: int, length: int) -> Any:
+        """`length` entries of a member's value at one step."""
+        node = self.ctx.graph[member]
+        loop_dims = (*self.ctx.loop_index, self.loop.dim)
+        extents = tuple(self.ctx.extent(d) for d in _inner_axes(node, loop_dims))
+        return jnp.zeros((length, *extents, *concrete_shape(node, self.ctx.bounds)), node.dtype)
 
     def body(self, carry: dict[int, Any], inputs) -> tuple[dict[int, Any], dict[int, Any]]:
         """One step (`inputs` from `scan_inputs`): the new carry, and the kept members'

@@ -161,7 +161,7 @@ class JaxExecutable:
         ctx = self._context(abstract)
         prologue = StagedSteps(ctx, self._pre)
         after = ctx.child()
-        loop = StagedLoop(after, self._loop)
+        loop = StagedLoop(after, self._loop, stacked=False)  # outputs after every call
         epilogue = StagedSteps(after, self._post)
         self._carry0 = loop.initial_carry
         self.iterations_per_call = 1

@@ -7,9 +7,10 @@ host-free run of steps is one jitted function (a *segment*):
         values, args = segment_1(reads)            # jitted: the steps before host op 1,
         out = host_op_1(*args)                     #   and host op 1's inputs
         values = segment_2(reads)                  # Python: numpy arrays in and out
-        ...
-        carry = shift(carry, values)               # jitted: the windows move one step
-    stack what is read after the loop
+        ...                                        # jitted, the step's last segment:
+        carry, stacks = finish(carry, stacks, values)  # the windows move one step, and
+                                                   #   what is read after the loop is
+                                                   #   written into stacks[d]
 
 Loops without host ops stay inside their segment as `lax.scan`s. A segment reads only what
 its steps need: values computed earlier, windows of the enclosing host loops, their indices
@@ -61,44 +62,49 @@ def _reads(ctx: Context, steps: list[Step]) -> tuple[set[int], set[int]]:
 
 class Segment:
     """Host-free steps as one jitted function, followed by at most one host op. The last
-    segment of a host loop's step also moves the loop's windows (`finish`), which saves a
-    call per step."""
+    segment of a host loop's step also moves the loop's windows (`finish`) and writes the
+    step's kept values into `stacks` (when given: their zeros), which saves calls and
+    transfers per step."""
 
     def __init__(self, ctx: Context, steps: list[Step], host: Compute | None,
-                 finish: LoopPlan | None = None) -> None:  # fmt: skip
+                 finish: LoopPlan | None = None, stacks: dict | None = None) -> None:  # fmt: skip
         self.template, self.steps, self.host, self.finish = ctx, steps, host, finish
         nodes = _nodes(steps)
         values, windows = _reads(ctx, steps + ([host] if host else []))
-        if finish is not None:  # the windows' new entries: this step's values
-            values |= {m for m in finish.window_axes if m not in nodes}
+        if finish is not None:  # the windows' and stacks' new entries: this step's values
+            values |= {m for m in (*finish.window_axes, *(stacks or ())) if m not in nodes}
         self.value_reads, self.window_reads = sorted(values), sorted(windows)
         self.axes = {n: ctx.values[n].axes for n in self.value_reads}
         self.loop_dims = tuple(ctx.loop_index)
         self.live = _live_after(ctx, nodes, moves_windows=finish is not None)
         self.operation = _operation(ctx, nodes, host)
         self.out_axes: dict[int, tuple] = {}  # filled while tracing
-        args = self._arguments(ctx, finish.initial_carry() if finish else {})
+        args = self._arguments(ctx, finish.initial_carry() if finish else {}, stacks or {})
         self.compiled = jax.jit(self._traced).lower(*args).compile()
-        values, host_args, _ = jax.eval_shape(self._traced, *args)
+        values, host_args, _, _ = jax.eval_shape(self._traced, *args)
         self._record(ctx, values, host_args, call=False)
 
-    def run(self, ctx: Context, carry: dict | None = None) -> dict | None:
-        """Run the steps (and host op) on `ctx`; with `finish`, return the next carry."""
-        arguments = self._arguments(ctx, carry or {})
-        values, host_args, carry = profiled_call(self.operation, self.compiled, *arguments)
+    def run(self, ctx: Context, carry: dict | None = None,
+            stacks: dict | None = None) -> tuple[dict, dict]:  # fmt: skip
+        """Run the steps (and host op) on `ctx`; with `finish`, return the next carry and
+        stacks."""
+        arguments = self._arguments(ctx, carry or {}, stacks or {})
+        values, host_args, carry, stacks = profiled_call(self.operation, self.compiled,
+                                                         *arguments)  # fmt: skip
         self._record(ctx, values, host_args, call=True)
-        return carry
+        return carry, stacks
 
-    def _arguments(self, ctx: Context, carry: dict) -> tuple:
+    def _arguments(self, ctx: Context, carry: dict, stacks: dict) -> tuple:
         return (
             ctx.inputs,
             {n: ctx.values[n].array for n in self.value_reads},
             {n: ctx.windows[n].array for n in self.window_reads},
             tuple(ctx.loop_index[d] for d in self.loop_dims),
             carry,
+            stacks,
         )
 
-    def _traced(self, inputs, values, windows, indices, carry):
+    def _traced(self, inputs, values, windows, indices, carry, stacks):
         t = self.template
         ctx = Context(
             t.graph, t.bounds, inputs,
@@ -114,7 +120,10 @@ class Segment:
             host_arguments(ctx, ctx.graph[self.host.node], self.host.vector_dims))  # fmt: skip
         if self.finish is not None:
             carry = self.finish.shift_windows(carry, {m: ctx.values[m].array for m in carry})
-        return {n: v.array for n, v in new.items()}, host_args, carry
+            at = ctx.loop_index[self.finish.loop.dim]
+            stacks = {m: jax.lax.dynamic_update_index_in_dim(s, ctx.values[m].array, at, 0)
+                      for m, s in stacks.items()}  # fmt: skip
+        return {n: v.array for n, v in new.items()}, host_args, carry, stacks
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
         ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
@@ -148,9 +157,11 @@ def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
 
 class StagedSteps:
     """A list of steps run from the host: segments, and host loops nested in them. With
-    `finish`, the steps are a host loop's body and the last segment moves its windows."""
+    `finish`, the steps are a host loop's body and the last segment moves its windows (and
+    writes `stacks`)."""
 
-    def __init__(self, ctx: Context, steps: Iterable[Step], finish: LoopPlan | None = None):
+    def __init__(self, ctx: Context, steps: Iterable[Step], finish: LoopPlan | None = None,
+                 stacks: dict | None = None) -> None:  # fmt: skip
         self.parts: list[Segment | StagedLoop] = []
         pending: list[Step] = []
         for step in steps:
@@ -165,27 +176,76 @@ class StagedSteps:
                     pending = []
                 self.parts.append(StagedLoop(ctx, step))
         if finish is not None or pending:
-            self.parts.append(Segment(ctx, pending, None, finish))
+            self.parts.append(Segment(ctx, pending, None, finish, stacks))
 
-    def run(self, ctx: Context, carry: dict | None = None) -> dict | None:
-        """Run the steps on `ctx`; as a loop body, return the loop's next carry."""
+    def run(self, ctx: Context, carry: dict | None = None,
+            stacks: dict | None = None) -> tuple[dict, dict] | None:  # fmt: skip
+        """Run the steps on `ctx`; as a loop body, return the loop's next carry and stacks."""
         for part in self.parts[:-1]:
             part.run(ctx)
         last = self.parts[-1] if self.parts else None
-        return last.run(ctx, carry) if isinstance(last, Segment) else last and last.run(ctx)
+        if isinstance(last, Segment):
+            return last.run(ctx, carry, stacks)
+        return last and last.run(ctx)
+
+
+class Rotated:
+    """A host loop whose step is [segment A -> host op -> segment B], run rotated: B of one
+    step and A of the next are one jitted call, so a step costs one dispatch, not two.
+
+        A(0); host(0)
+        for d in 0 .. D-2:  (B(d), A(d+1)); host(d+1)      # one call
+        B(D-1)
+    Inside the call, A reads the loop's windows as B has just moved them."""
+
+    def __init__(self, ctx: Context, first: Segment, second: Segment, carry: dict,
+                 stacks: dict) -> None:  # fmt: skip
+        self.first, self.second = first, second
+        args = (second._arguments(ctx, carry, stacks), first._arguments(ctx, {}, {}))
+        self.compiled = jax.jit(self._traced).lower(*args).compile()
+
+    def _traced(self, second_args, first_args):
+        _, _, carry, stacks = self.second._traced(*second_args)  # its values: in stacks
+        inputs, values, windows, indices, _, _ = first_args
+        windows = {n: carry.get(n, array) for n, array in windows.items()}
+        started, host_args, _, _ = self.first._traced(inputs, values, windows, indices, {}, {})
+        return carry, stacks, started, host_args
+
+    def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
+        """Run the loop's steps in `order`; return its stacks."""
+        carry, stacks = loop.initial_carry, loop.initial_stacks
+        inner = loop.inner(ctx, carry, order[0])
+        self.first.run(inner)
+        for index in order[1:]:
+            following = loop.inner(ctx, carry, index)  # its windows are replaced in the call
+            args = (self.second._arguments(inner, carry, stacks),
+                    self.first._arguments(following, {}, {}))  # fmt: skip
+            carry, stacks, values, host_args = profiled_call(self.first.operation,
+                                                             self.compiled, *args)  # fmt: skip
+            inner = loop.inner(ctx, carry, index)
+            self.first._record(inner, values, host_args, call=True)
+        return self.second.run(inner, carry, stacks)[1]
 
 
 class StagedLoop:
-    """A loop containing a host op, run one step at a time from Python."""
+    """A loop containing a host op, run one step at a time from Python. `run` keeps each
+    step's values on the device, in stacks the step's last segment writes; `step` (for a
+    caller that wants them after every step) returns them instead."""
 
-    def __init__(self, ctx: Context, loop: Loop) -> None:
+    def __init__(self, ctx: Context, loop: Loop, stacked: bool = True) -> None:
         self.loop = loop
         plan = LoopPlan.make(ctx, loop)
         self.window_axes, self.kept = plan.window_axes, sorted(plan.kept)
         self.initial_carry = plan.initial_carry()
+        self.initial_stacks = plan.initial_stacks() if stacked else {}
         carry = {m: _abstract(a) for m, a in self.initial_carry.items()}
         inner = self._inner(ctx, carry, INDEX)
-        self.body = StagedSteps(inner, loop.body, finish=plan)
+        stacks = {m: _abstract(a) for m, a in self.initial_stacks.items()}
+        self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks)
+        parts = self.body.parts
+        rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
+                     and parts[0].host is not None and parts[1].host is None)  # fmt: skip
+        self.rotated = Rotated(inner, *parts, carry, stacks) if rotatable else None
         extent = ctx.extent(loop.dim)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
             entry = inner.values[m].array
@@ -194,6 +254,10 @@ class StagedLoop:
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
 
+    def inner(self, ctx: Context, carry: dict, index: Any) -> Context:
+        """The context of step `index` (a traced scalar while compiling)."""
+        return self._inner(ctx, carry, np.int32(index))
+
     def _inner(self, ctx: Context, carry: dict, index: Any) -> Context:
         windows = {m: Window(a, self.loop.dim, self.window_axes[m]) for m, a in carry.items()}
         return ctx.child(self.loop.dim, index, windows)
@@ -201,22 +265,19 @@ class StagedLoop:
     def step(self, ctx: Context, carry: dict, index: int) -> tuple[dict, dict[int, Any]]:
         """Step `index` of the loop: the next carry and the kept members' values."""
         inner = self._inner(ctx, carry, np.int32(index))
-        carry = self.body.run(inner, carry)
+        carry, _ = self.body.run(inner, carry, {})
         return carry, {m: inner.values[m].array for m in self.kept}
 
     def run(self, ctx: Context) -> None:
         extent = ctx.extent(self.loop.dim)
-        order = range(extent - 1, -1, -1) if self.loop.reverse else range(extent)
-        carry, kept = self.initial_carry, {m: [] for m in self.kept}
-        for index in order:
-            carry, values = self.step(ctx, carry, index)
-            for m, value in values.items():
-                # Kept as they are: converting a step's values to NumPy here would wait for
-                # its last segment to finish before the next step's first could be dispatched.
-                kept[m].append(value)
-        stacked = {m: np.stack(jax.device_get(v[::-1] if self.loop.reverse else v))
-                   for m, v in kept.items()}  # fmt: skip
-        LoopPlan.make(ctx, self.loop).store(stacked)
+        order = list(range(extent - 1, -1, -1) if self.loop.reverse else range(extent))
+        if self.rotated is not None:
+            stacks = self.rotated.run(self, ctx, order)
+        else:
+            carry, stacks = self.initial_carry, self.initial_stacks
+            for index in order:
+                carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
+        LoopPlan.make(ctx, self.loop).store(stacks)
 
 
 def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
