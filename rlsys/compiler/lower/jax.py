@@ -16,6 +16,7 @@ is an enclosing loop's dimension, fixed at the loop's current index. Then:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -257,7 +258,15 @@ def call_host(node: Node, *arrays) -> np.ndarray:
 
 
 def _vectorized(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):
-    """Apply a point function over vector dims: one vmap per dim, innermost dim first."""
+    """Apply a point function over vector dims: one vmap per dim, innermost dim first; or,
+    when every input varies along all of them or none, one vmap over their product."""
+    shapes = {tuple(present) for _, present in reads}
+    if len(vector_dims) > 1 and vector_dims in shapes and shapes <= {(), vector_dims}:
+        return _vectorized_flat(ctx, fn, reads, vector_dims)
+    return _vectorized_nested(ctx, fn, reads, vector_dims)
+
+
+def _vectorized_nested(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):
     arrays = [array for array, _ in reads]
     for level in reversed(range(len(vector_dims))):
         dim = vector_dims[level]
@@ -267,6 +276,17 @@ def _vectorized(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):
         else:  # nothing varies along this dim: compute once, broadcast after
             fn = _broadcast_result(fn, ctx.extent(dim))
     return fn(*arrays)
+
+
+def _vectorized_flat(ctx: Context, fn, reads, vector_dims: tuple[Dim, ...]):
+    """One vmap over the vector dims merged into one axis (reshapes, free in XLA). Nested
+    vmaps of a matmul make XLA transpose the batch for the gradient's dot: the gradient of
+    an MLP over (256 envs, 250 steps) ran 3.5x slower nested than flat on CPU."""
+    extents = tuple(ctx.extent(d) for d in vector_dims)
+    size, rank = math.prod(extents), len(vector_dims)
+    arrays = [jnp.reshape(a, (size, *jnp.shape(a)[rank:])) if p else a for a, p in reads]
+    result = jax.vmap(fn, in_axes=[0 if p else None for _, p in reads])(*arrays)
+    return jax.tree.map(lambda r: jnp.reshape(r, (*extents, *jnp.shape(r)[1:])), result)
 
 
 def _broadcast_result(fn, extent: int):
