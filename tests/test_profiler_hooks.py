@@ -154,6 +154,29 @@ def test_wrapped_calls_pass_through_when_nothing_records() -> None:
     assert wrapped(3) == 3 and calls == [3]
 
 
+def test_c_call_intervals_switch_off_and_on_while_recording(tmp_path: Path) -> None:
+    """`record_ccalls(False)` (an in-process calibration's "annotations" configuration)
+    keeps an environment call's operation and drops its SIMULATOR interval."""
+    step = hooks.outermost("simulation", lambda: "stepped", Category.SIMULATOR)
+    recorder = start_recording(tmp_path)
+    try:
+        hooks.record_ccalls(False)
+        assert step() == "stepped"
+        hooks.record_ccalls(True)
+        assert step() == "stepped"
+    finally:
+        hooks.record_ccalls(True)
+        stop_recording()
+    events = Session.load(recorder.path).events
+    operations = sorted((e for e in events if e.category == Category.OPERATION),
+                        key=lambda e: e.start_ns)  # fmt: skip
+    intervals = [e for e in events if e.category == Category.SIMULATOR]
+    assert [e.name for e in operations] == ["simulation", "simulation"]
+    assert len(intervals) == 1  # the second call's only
+    assert operations[1].start_ns <= intervals[0].start_ns <= intervals[0].end_ns
+    assert intervals[0].end_ns <= operations[1].end_ns
+
+
 def test_the_finder_patches_a_watched_module_once_after_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,17 +1,26 @@
-"""Profiler inflation measured inside one process: recording vs not, interleaved.
+"""Profiler inflation and calibrated bias measured inside one process, interleaved.
 
 `profiler_overhead` compares whole commands, one process each; on a shared 2-core machine
 two runs of the same command differ by up to 2x, far more than what the profiler costs. Here
-one process installs the profiler's hooks and torch collector (as `rlsys profile` does: a
-recorder active when torch is imported), then trains the same workload `ROUNDS` times with
-nothing recording and `ROUNDS` times recording into a temporary folder, alternating, and
-compares the loop's process CPU time (`time.process_time`): the same process, interpreter
-state and libraries, and alternation shares the machine's drift between both.
+one process installs the profiler's hooks (as `rlsys profile` does), then trains the same
+workload `ROUNDS` times in each of the calibration's configurations
+(`rlsys.profiler.calibrate.CONFIGURATIONS`), round by round:
 
-Reported: `seconds` (the recording rounds' median), `idle_seconds` (nothing recording),
-`inflation` (median recording / median idle), `inflation_min` (min / min: the rounds the
-machine interrupted least). The hooks' cost while idle, against a process without them, is
-`hooks_idle_cost`'s (about 1% of these loops).
+    none                 nothing recording, torch's entry points not wrapped
+    annotations          recording operations only (`hooks.record_ccalls(False)`)
+    annotations+ccalls   recording everything, as `rlsys profile` does
+
+and times each training by the process's CPU time (`time.process_time`): the same process,
+interpreter state and libraries, and alternation shares the machine's drift between them.
+The calibration's own estimator (`calibrate.estimate`) turns the rounds into costs per event;
+each round's bias is its corrected time (everything recorded, less events x costs estimated
+from the *other* rounds) against its own uninstrumented time.
+
+Reported: `seconds` (the recording rounds' median), `idle_seconds` (uninstrumented),
+`inflation` (median recording / median uninstrumented), `inflation_min` (min / min: the
+rounds the machine interrupted least), `annotation_ns` and `ccall_ns` (costs per event from
+all rounds), `bias` (the median of the rounds' biases) and `bias_spread` (their half range).
+The installed hooks' cost while idle is `hooks_idle_cost`'s (about 1% of these loops).
 """
 
 from __future__ import annotations
@@ -37,43 +46,76 @@ ROUNDS = {False: 7, True: 2}
 
 def run(*, quick: bool, seed: int, impl: str) -> None:
     import rlsys
-    from rlsys.profiler import hooks, sources
+    from rlsys.profiler import calibrate, hooks, sources
 
-    folder = tempfile.mkdtemp(prefix="rlsys-profiler-inprocess-")
+    folder = Path(tempfile.mkdtemp(prefix="rlsys-profiler-inprocess-"))
+    names = [name for name, _ in calibrate.CONFIGURATIONS]
+    runs: list[calibrate.Run] = []
     try:
-        rlsys.start_recording(Path(folder) / "setup")  # the torch collector installs on import
+        rlsys.start_recording(folder / "setup")  # the torch collector installs on import
         hooks.install(sources.enabled())
         workload = torch_ppo(impl)
         rlsys.stop_recording()
         workload.train(STEPS[quick] // 2, seed)  # warm up
-        times: dict[str, list[float]] = {"idle": [], "recording": []}
         for r in range(ROUNDS[quick]):
-            for mode, seconds in times.items():
-                if mode == "recording":
-                    rlsys.start_recording(Path(folder) / f"round-{r}")
-                began = time.process_time()
-                workload.train(STEPS[quick], seed + r)
-                seconds.append(time.process_time() - began)
-                if mode == "recording":
-                    rlsys.stop_recording()
+            for name in names if r % 2 == 0 else names[::-1]:
+                runs.append(_one_run(workload, name, folder / f"{name}-{r}", seed + r, quick))
     finally:
+        hooks.record_ccalls(True)
         shutil.rmtree(folder, ignore_errors=True)
-    median = {mode: statistics.median(seconds) for mode, seconds in times.items()}
-    report(
-        env_steps=STEPS[quick],
-        seconds=median["recording"],
-        idle_seconds=median["idle"],
-        inflation=median["recording"] / median["idle"],
-        inflation_min=min(times["recording"]) / min(times["idle"]),
-    )
+    report(env_steps=STEPS[quick], **_summary(runs, names, calibrate))
+
+
+def _one_run(workload, name: str, trace_dir: Path, seed: int, quick: bool):
+    """Train once in configuration `name`; its CPU time and events per source."""
+    import rlsys
+    from rlsys.profiler import calibrate, hooks
+
+    recording = name != "none"
+    hooks.record_ccalls(name == "annotations+ccalls")
+    if recording:
+        rlsys.start_recording(trace_dir)
+    began = time.process_time_ns()
+    workload.train(STEPS[quick], seed)
+    cpu_ns = time.process_time_ns() - began
+    if recording:
+        rlsys.stop_recording()
+    events = calibrate.count_events(trace_dir) if recording else {}
+    return calibrate.Run(name, wall_ns=cpu_ns, events=events, cpu_ns=cpu_ns)
+
+
+def _summary(runs, names: list[str], calibrate) -> dict[str, float]:
+    """Inflation, costs per event and the leave-one-round-out bias (see the docstring)."""
+    per_config = {name: [run for run in runs if run.configuration == name] for name in names}
+    none, full = per_config[names[0]], per_config[names[-1]]
+    biases = []
+    for r in range(len(none)):
+        others = [run for name in names for k, run in enumerate(per_config[name]) if k != r]
+        costs = calibrate.estimate(others).raw_cost_ns
+        overhead = sum(n * costs.get(source, 0.0) for source, n in full[r].events.items())
+        biases.append((full[r].cpu_ns - overhead) / none[r].cpu_ns - 1.0)
+    costs = calibrate.estimate(runs).raw_cost_ns
+    seconds = {name: [run.cpu_ns / 1e9 for run in found] for name, found in per_config.items()}
+    return {
+        "seconds": statistics.median(seconds[names[-1]]),
+        "idle_seconds": statistics.median(seconds[names[0]]),
+        "inflation": statistics.median(seconds[names[-1]]) / statistics.median(seconds[names[0]]),
+        "inflation_min": min(seconds[names[-1]]) / min(seconds[names[0]]),
+        "annotation_ns": costs.get("annotations", 0.0),
+        "ccall_ns": costs.get("ccalls", 0.0),
+        "bias": statistics.median(biases),
+        "bias_spread": (max(biases) - min(biases)) / 2,
+    }
 
 
 CASE = Case(
     name="profiler_inprocess",
     description=(
         "What recording costs the CleanRL-style and SB3 PPO on CartPole-v1 (torch, 1 thread) "
-        "in one process: rounds of the same training with the profiler's hooks idle and "
-        "recording, alternating (process CPU time)."
+        "in one process, and how well the calibrated correction removes it: rounds of the "
+        "same training uninstrumented, recording operations only, and recording everything, "
+        "alternating (process CPU time); the bias of each round is corrected with costs "
+        "estimated from the other rounds."
     ),
     baseline="cleanrl",
     timeout_s=600.0,

@@ -99,6 +99,23 @@ class _OpenOperations(threading.local):
 _OPEN = _OpenOperations()
 
 
+class _Switch:
+    """Whether the installed hooks record C-call intervals right now (`record_ccalls`)."""
+
+    ccalls = True
+
+
+def record_ccalls(on: bool) -> None:
+    """Switch the C-call intervals (the "ccalls" source) on or off at run time, for a
+    calibration inside one process: the environment wrappers' SIMULATOR intervals and
+    torch's wrapped entry points (installed or restored; torch must be imported). The
+    operations stay as installed. JAX's BACKEND intervals are not switched."""
+    _Switch.ccalls = on
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        (torch_backend.install if on else torch_backend.uninstall)(torch)
+
+
 def _user_opened(name: str) -> bool:
     """Whether an annotation called `name` is open on this thread (e.g. the user's own)."""
     recorder = active_recorder()
@@ -132,6 +149,8 @@ def _call_in(
     recorder = active_recorder()
     if recorder is None:
         return function(*args, **kwargs)
+    if not _Switch.ccalls:
+        return _call_as(name, function, *args, **kwargs) if annotate else function(*args, **kwargs)
     names = _OPEN.names
     names.add(name)
     try:
