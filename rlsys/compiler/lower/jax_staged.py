@@ -254,8 +254,8 @@ class StagedLoop:
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
 
-    def inner(self, ctx: Context, carry: dict, index: Any) -> Context:
-        """The context of step `index` (a traced scalar while compiling)."""
+    def inner(self, ctx: Context, carry: dict, index: int) -> Context:
+        """The context of step `index`, for running it (compiling uses a traced index)."""
         return self._inner(ctx, carry, np.int32(index))
 
     def _inner(self, ctx: Context, carry: dict, index: Any) -> Context:
@@ -264,7 +264,7 @@ class StagedLoop:
 
     def step(self, ctx: Context, carry: dict, index: int) -> tuple[dict, dict[int, Any]]:
         """Step `index` of the loop: the next carry and the kept members' values."""
-        inner = self._inner(ctx, carry, np.int32(index))
+        inner = self.inner(ctx, carry, index)
         carry, _ = self.body.run(inner, carry, {})
         return carry, {m: inner.values[m].array for m in self.kept}
 
