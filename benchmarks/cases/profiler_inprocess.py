@@ -69,10 +69,11 @@ def run(*, quick: bool, seed: int, impl: str) -> None:
 def _one_run(workload, name: str, trace_dir: Path, seed: int, quick: bool):
     """Train once in configuration `name`; its CPU time and events per source."""
     import rlsys
-    from rlsys.profiler import calibrate, hooks
+    from rlsys.profiler import calibrate, hooks, sources
 
-    recording = name != "none"
-    hooks.record_ccalls(name == "annotations+ccalls")
+    enabled = dict(calibrate.CONFIGURATIONS)[name]
+    recording = bool(enabled)
+    hooks.record_ccalls(sources.CCALLS in enabled)
     if recording:
         rlsys.start_recording(trace_dir)
     began = time.process_time_ns()
@@ -91,10 +92,10 @@ def _summary(runs, names: list[str], calibrate) -> dict[str, float]:
     biases = []
     for r in range(len(none)):
         others = [run for name in names for k, run in enumerate(per_config[name]) if k != r]
-        costs = calibrate.estimate(others).raw_cost_ns
+        costs = calibrate.estimate(others).cost_ns  # clamped at 0, as `rlsys profile` uses
         overhead = sum(n * costs.get(source, 0.0) for source, n in full[r].events.items())
         biases.append((full[r].cpu_ns - overhead) / none[r].cpu_ns - 1.0)
-    costs = calibrate.estimate(runs).raw_cost_ns
+    costs = calibrate.estimate(runs).raw_cost_ns  # unclamped: shows the noise
     seconds = {name: [run.cpu_ns / 1e9 for run in found] for name, found in per_config.items()}
     return {
         "seconds": statistics.median(seconds[names[-1]]),
