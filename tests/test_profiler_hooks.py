@@ -154,9 +154,17 @@ def test_wrapped_calls_pass_through_when_nothing_records() -> None:
     assert wrapped(3) == 3 and calls == [3]
 
 
-def test_c_call_intervals_switch_off_and_on_while_recording(tmp_path: Path) -> None:
+def test_c_call_intervals_switch_off_and_on_while_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`record_ccalls(False)` (an in-process calibration's "annotations" configuration)
-    keeps an environment call's operation and drops its SIMULATOR interval."""
+    keeps an environment call's operation and drops its SIMULATOR interval; torch's entry
+    points are restored, then wrapped again."""
+    switched = []
+    fake_torch = type(sys)("torch")
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)  # the real one stays unwrapped
+    monkeypatch.setattr(hooks.torch_backend, "install", lambda t: switched.append(("on", t)))
+    monkeypatch.setattr(hooks.torch_backend, "uninstall", lambda t: switched.append(("off", t)))
     step = hooks.outermost("simulation", lambda: "stepped", Category.SIMULATOR)
     recorder = start_recording(tmp_path)
     try:
@@ -175,6 +183,7 @@ def test_c_call_intervals_switch_off_and_on_while_recording(tmp_path: Path) -> N
     assert len(intervals) == 1  # the second call's only
     assert operations[1].start_ns <= intervals[0].start_ns <= intervals[0].end_ns
     assert intervals[0].end_ns <= operations[1].end_ns
+    assert switched == [("off", fake_torch), ("on", fake_torch), ("on", fake_torch)]
 
 
 def test_the_finder_patches_a_watched_module_once_after_it_runs(
