@@ -83,6 +83,8 @@ PYTHON_METHODS = ("split", "norm", "unique", "unique_consecutive", "stft", "istf
 _INSTALLED = "__rlsys_backend_wrappers__"  # on the torch module: [(owner, name, original)]
 _NAMES: list[str] = []
 """Event names by code: each wrapper appends the code of its name to the interval buffer."""
+_CODES: dict[str, int] = {}
+"""Code by event name: reinstalling (`hooks.record_ccalls`) reuses the codes it has."""
 _SINKS: dict[int, tuple[Any, Callable[[], int], Any, int]] = {}
 """Per thread (`get_ident()`): (recorder, its clock, this thread's interval buffer, the
 buffer's length at which to flush)."""
@@ -155,8 +157,10 @@ def _is_method_op(name: str, method: Any) -> bool:
 
 
 def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
-    code = len(_NAMES)
-    _NAMES.append(name)
+    code = _CODES.get(name)
+    if code is None:
+        code = _CODES[name] = len(_NAMES)
+        _NAMES.append(name)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         recorder = _Active.recorder  # not active_recorder(): saves a call per torch call
