@@ -1,10 +1,11 @@
 """PPO on gymnasium CartPole-v1 (a host environment): rlsys vs CleanRL-style and SB3.
 
 The same PPO and budget as `ppo_cartpole.py` (whose `run` this case reuses), but rlsys steps
-a gymnasium `SyncVectorEnv` of 8, like the PyTorch systems do: its acting loop is a host loop
-(`rlsys/compiler/stages.py`), one jitted policy call per step and the environment stepped
-from Python between calls, and learning is one jitted call per iteration. The goal of issue
-#5 is >= 4x SB3's env steps/s.
+8 gymnasium CartPole-v1 environments on the host, like the PyTorch systems do (they use
+`SyncVectorEnv`; rlsys its `SameStepVector`: the same results at less cost). Its acting loop
+is a host loop (`rlsys/compiler/stages.py`), one jitted policy call per step and the
+environment stepped from Python between calls, and learning is one jitted call per
+iteration. The goal of issue #5 is >= 4x SB3's env steps/s.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ CASE = Case(
             "rlsys-ppo-gymnasium",
             run=run,
             params={"impl": "rlsys", "env": "gymnasium:CartPole-v1"},
-            description="rlsys.algos.ppo, gymnasium SyncVectorEnv stepped by host callbacks",
+            description="rlsys.algos.ppo, 8 gymnasium envs (SameStepVector), host callbacks",
         ),
         BASE.system("cleanrl-style"),  # the same systems as ppo_cartpole
         BASE.system("sb3"),

@@ -4,10 +4,10 @@
     first = env.reset(program)                # .obs, domain (b,)
     step = env.step(action)                   # .obs .reward .terminated .truncated .done
                                               # .final_obs, one call for all b at a point
-A `SyncVectorEnv` of `num_envs` copies steps all environments of a point in one ordered host
-callback, so calls happen in program order (the acting scan over t). Finished episodes reset
-in the same step (`AutoresetMode.SAME_STEP`): `obs` then starts the next episode and
-`final_obs` is the last observation of the finished one, as with gymnax.
+A `SameStepVector` of `num_envs` copies (SyncVectorEnv's results, at less than half its cost)
+steps all environments of a point in one ordered host callback, so calls happen in program
+order (the acting scan over t). Finished episodes reset in the same step: `obs` then starts
+the next episode and `final_obs` is the last observation of the finished one, as with gymnax.
 
 The environment's state lives in the host object, not in the program: re-running a program
 continues the environments where they were (a fresh program starts them from `seed`).
@@ -84,14 +84,13 @@ class GymnasiumEnv:
         """(vector env, single observation space, single action space, episode limit)."""
         import gymnasium as gym
 
+        from rlsys.envs.same_step_vector import SameStepVector
+
         try:
-            vector = gym.vector.SyncVectorEnv(
-                [lambda: gym.make(self.env_id) for _ in range(self.num_envs)],
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            )
+            vector = SameStepVector([lambda: gym.make(self.env_id)] * self.num_envs)
         except gym.error.Error as err:
             raise RecurrenceError(f"gymnasium environment {self.env_id!r}: {err}") from None
-        spec = vector.envs[0].spec
+        spec = vector.spec
         limit = int(spec.max_episode_steps or 1000) if spec else 1000
         return vector, vector.single_observation_space, vector.single_action_space, limit
 
@@ -103,10 +102,7 @@ class GymnasiumEnv:
         """(obs, reward, terminated, truncated, final obs) with same-step resets: a finished
         episode's obs is the next episode's first, its final obs the last of the finished."""
         obs, reward, terminated, truncated, info = self.vector.step(action)
-        final = np.array(obs, copy=True)
-        for k in np.flatnonzero(info.get("_final_obs", np.zeros(self.num_envs, bool))):
-            final[k] = info["final_obs"][k]
-        return obs, reward, terminated, truncated, final
+        return obs, reward, terminated, truncated, info["final_obs"]
 
     # -- on the host --------------------------------------------------------------------------
     def host_reset(self) -> np.ndarray:
@@ -116,10 +112,12 @@ class GymnasiumEnv:
         if not self.discrete:
             action = np.clip(action, self._low, self._high)
         obs, reward, terminated, truncated, final = self._step_vector(action)
-        columns = [np.asarray(obs, "float32").reshape(self.num_envs, -1), reward[:, None],
-                   terminated[:, None], truncated[:, None],
-                   np.asarray(final, "float32").reshape(self.num_envs, -1)]  # fmt: skip
-        return np.concatenate([np.asarray(c, "float32") for c in columns], axis=1)
+        n, size = self.num_envs, math.prod(self.obs_shape)
+        packed = np.empty((n, 2 * size + 3), np.float32)  # the columns of _step_layout
+        packed[:, :size] = obs.reshape(n, size)
+        packed[:, size], packed[:, size + 1], packed[:, size + 2] = reward, terminated, truncated
+        packed[:, size + 3 :] = final.reshape(n, size)
+        return packed
 
     # -- in the program -------------------------------------------------------------------------
     def reset(self, anchor: RecurrentTensor) -> _Packed:

@@ -201,11 +201,14 @@ class Rotated:
     def __init__(self, ctx: Context, first: Segment, second: Segment, carry: dict,
                  stacks: dict) -> None:  # fmt: skip
         self.first, self.second = first, second
-        args = (second._arguments(ctx, carry, stacks), first._arguments(ctx, {}, {}))
-        self.compiled = jax.jit(self._traced).lower(*args).compile()
+        args = (stacks, second._arguments(ctx, carry, {}), first._arguments(ctx, {}, {}))
+        # The stacks are donated: XLA writes the step's values into them in place instead of
+        # copying every stack on every call.
+        self.compiled = jax.jit(self._traced, donate_argnums=0).lower(*args).compile()
 
-    def _traced(self, second_args, first_args):
-        _, _, carry, stacks = self.second._traced(*second_args)  # its values: in stacks
+    def _traced(self, stacks, second_args, first_args):
+        *second_args, _ = second_args
+        _, _, carry, stacks = self.second._traced(*second_args, stacks)  # values: in stacks
         inputs, values, windows, indices, _, _ = first_args
         windows = {n: carry.get(n, array) for n, array in windows.items()}
         started, host_args, _, _ = self.first._traced(inputs, values, windows, indices, {}, {})
@@ -213,18 +216,22 @@ class Rotated:
 
     def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
         """Run the loop's steps in `order`; return its stacks."""
-        carry, stacks = loop.initial_carry, loop.initial_stacks
+        carry = loop.initial_carry
+        stacks = {m: jnp.copy(s) for m, s in loop.initial_stacks.items()}  # to donate
         inner = loop.inner(ctx, carry, order[0])
         self.first.run(inner)
         for index in order[1:]:
             following = loop.inner(ctx, carry, index)  # its windows are replaced in the call
-            args = (self.second._arguments(inner, carry, stacks),
+            args = (stacks, self.second._arguments(inner, carry, {}),
                     self.first._arguments(following, {}, {}))  # fmt: skip
             carry, stacks, values, host_args = profiled_call(self.first.operation,
                                                              self.compiled, *args)  # fmt: skip
             inner = loop.inner(ctx, carry, index)
             self.first._record(inner, values, host_args, call=True)
         return self.second.run(inner, carry, stacks)[1]
+
+
+_KEPT_INDICES = 4096  # loop indices kept on the device, per loop (an acting loop's steps)
 
 
 class StagedLoop:
@@ -234,6 +241,7 @@ class StagedLoop:
 
     def __init__(self, ctx: Context, loop: Loop, stacked: bool = True) -> None:
         self.loop = loop
+        self._indices: dict[int, jax.Array] = {}
         plan = LoopPlan.make(ctx, loop)
         self.window_axes, self.kept = plan.window_axes, sorted(plan.kept)
         self.initial_carry = plan.initial_carry()
@@ -256,7 +264,11 @@ class StagedLoop:
 
     def inner(self, ctx: Context, carry: dict, index: int) -> Context:
         """The context of step `index`, for running it (compiling uses a traced index)."""
-        return self._inner(ctx, carry, np.int32(index))
+        if index not in self._indices:  # on the device once: each call would copy it there
+            if len(self._indices) >= _KEPT_INDICES:
+                self._indices.clear()
+            self._indices[index] = jax.device_put(np.int32(index))
+        return self._inner(ctx, carry, self._indices[index])
 
     def _inner(self, ctx: Context, carry: dict, index: Any) -> Context:
         windows = {m: Window(a, self.loop.dim, self.window_axes[m]) for m, a in carry.items()}
