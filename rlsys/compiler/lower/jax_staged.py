@@ -126,12 +126,18 @@ class Segment:
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
-        ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
+        result = None
         if self.host is not None:
             node = ctx.graph[self.host.node]
             result = call_host(node, *host_args) if call else host_result(
                 ctx, node, self.host.vector_dims)  # fmt: skip
-            ctx.values[node.id] = Value(result, self.host.vector_dims)
+        self._store(ctx, values, result)
+
+    def _store(self, ctx: Context, values: dict, host_result: Any) -> None:
+        """Put the steps' values and the host op's result (if any) into `ctx`."""
+        ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
+        if self.host is not None:
+            ctx.values[self.host.node] = Value(host_result, self.host.vector_dims)
 
 
 def _operation(ctx: Context, nodes: set[int], host: Compute | None) -> str | None:
@@ -215,20 +221,38 @@ class Rotated:
         return carry, stacks, started, host_args
 
     def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
-        """Run the loop's steps in `order`; return its stacks."""
+        """Run the loop's steps in `order`; return its stacks.
+
+        From one step to the next only the loop index, the carry, A's values and the host
+        result change: the call's arguments are updated in place for those, not rebuilt
+        through a new context per step (that Python work cost as much as the call)."""
+        first, second = self.first, self.second
         carry = loop.initial_carry
         stacks = {m: jnp.copy(s) for m, s in loop.initial_stacks.items()}  # to donate
         inner = loop.inner(ctx, carry, order[0])
-        self.first.run(inner)
+        first.run(inner)
+        inputs, first_values, first_windows, indices, _, _ = first._arguments(inner, {}, {})
+        _, second_values, second_windows, _, _, _ = second._arguments(inner, carry, {})
+        at = first.loop_dims.index(loop.loop.dim)
+        from_first = [n for n in second.value_reads if n in first.out_axes]
+        host = first.host.node
+        values, result = {}, inner.values[host].array
         for index in order[1:]:
-            following = loop.inner(ctx, carry, index)  # its windows are replaced in the call
-            args = (stacks, self.second._arguments(inner, carry, {}),
-                    self.first._arguments(following, {}, {}))  # fmt: skip
-            carry, stacks, values, host_args = profiled_call(self.first.operation,
-                                                             self.compiled, *args)  # fmt: skip
-            inner = loop.inner(ctx, carry, index)
-            self.first._record(inner, values, host_args, call=True)
-        return self.second.run(inner, carry, stacks)[1]
+            following = (*indices[:at], loop.device_index(index), *indices[at + 1 :])
+            first_windows.update({n: carry[n] for n in first_windows if n in carry})
+            second_windows.update({n: carry[n] for n in second_windows if n in carry})
+            args = (stacks, (inputs, second_values, second_windows, indices, carry, {}),
+                    (inputs, first_values, first_windows, following, {}, {}))  # fmt: skip
+            carry, stacks, values, host_args = profiled_call(first.operation, self.compiled,
+                                                             *args)  # fmt: skip
+            result = call_host(ctx.graph[host], *host_args)
+            second_values.update({n: values[n] for n in from_first})
+            second_values[host] = result
+            indices = following
+        inner = loop.inner(ctx, carry, order[-1])
+        if len(order) > 1:
+            first._store(inner, values, result)
+        return second.run(inner, carry, stacks)[1]
 
 
 _KEPT_INDICES = 4096  # loop indices kept on the device, per loop (an acting loop's steps)
@@ -264,11 +288,15 @@ class StagedLoop:
 
     def inner(self, ctx: Context, carry: dict, index: int) -> Context:
         """The context of step `index`, for running it (compiling uses a traced index)."""
-        if index not in self._indices:  # on the device once: each call would copy it there
+        return self._inner(ctx, carry, self.device_index(index))
+
+    def device_index(self, index: int) -> jax.Array:
+        """`index` on the device, made once: each call would copy a host index there."""
+        if index not in self._indices:
             if len(self._indices) >= _KEPT_INDICES:
                 self._indices.clear()
             self._indices[index] = jax.device_put(np.int32(index))
-        return self._inner(ctx, carry, self._indices[index])
+        return self._indices[index]
 
     def _inner(self, ctx: Context, carry: dict, index: Any) -> Context:
         windows = {m: Window(a, self.loop.dim, self.window_axes[m]) for m, a in carry.items()}
