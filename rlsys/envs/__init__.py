@@ -10,4 +10,13 @@ from rlsys.envs.gymnasium_env import GymnasiumEnv
 from rlsys.envs.gymnax_env import GymnaxEnv
 from rlsys.envs.trivial_env import TrivialEnv
 
-__all__ = ["EnvpoolEnv", "GymnasiumEnv", "GymnaxEnv", "TrivialEnv"]
+
+def __getattr__(name: str):
+    if name == "SameStepVector":  # on first use: it imports gymnasium
+        from rlsys.envs.same_step_vector import SameStepVector
+
+        return SameStepVector
+    raise AttributeError(f"module 'rlsys.envs' has no attribute {name!r}")
+
+
+__all__ = ["EnvpoolEnv", "GymnasiumEnv", "GymnaxEnv", "SameStepVector", "TrivialEnv"]
