@@ -4,6 +4,7 @@ end-to-end runs are in test_profiler_workloads.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -192,7 +193,9 @@ def test_torch_intervals_are_flushed_every_flush_every_calls(tmp_path) -> None:
         try:
             for _ in range(12):
                 x.add(1.0)
-            on_disk = recorder.path.read_text().count('"add","backend"')
+            records = [json.loads(line) for line in recorder.path.read_text().splitlines()]
+            packed = [r for r in records if r[0] == "intervals"]
+            on_disk = sum(r[4] for r in packed if set(r[5].values()) == {"add"})
         finally:
             rlsys.stop_recording()
     assert on_disk == 10  # two full buffers written, two intervals still buffered

@@ -167,3 +167,35 @@ def test_killed_child_leaves_a_loadable_partial_session(tmp_path: Path) -> None:
     # Each event that made it to disk is whole.
     assert all(e.end_ns >= e.start_ns > 0 for e in session.events)
     json.dumps([e.to_record() for e in session.events])
+
+
+def test_packed_intervals_load_as_events_and_a_wrong_count_is_an_error(tmp_path: Path) -> None:
+    import array
+
+    from rlsys.trace.events import pack_intervals
+
+    names = {"0": "mm", "5": "add"}
+    packed = pack_intervals(array.array("q", [5, 10, 25, 0, 30, 2**40]))
+    path = make_session().save(tmp_path / "s.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    record = ["intervals", "backend", 100, 8, 2, names, packed]
+    lines.insert(2, json.dumps(record) + "\n")
+    path.write_text("".join(lines))
+    loaded = Session.load(path)
+    backend = [e for e in loaded.events if e.category == Category.BACKEND]
+    assert backend == [
+        Event("add", Category.BACKEND, 10, 25, 100, 8),
+        Event("mm", Category.BACKEND, 30, 2**40, 100, 8),
+    ]
+    lines[2] = json.dumps(["intervals", "backend", 100, 8, 3, names, packed]) + "\n"
+    path.write_text("".join(lines))
+    with pytest.raises(TraceFormatError, match=r"s\.jsonl:3: bad record: 3 intervals announced"):
+        Session.load(path)
+
+
+def test_version_1_files_still_load(tmp_path: Path) -> None:
+    path = make_session().save(tmp_path / "s.jsonl")
+    text = path.read_text()
+    path.write_text(text.replace('["rlsys-trace",2]', '["rlsys-trace",1]', 1))
+    assert path.read_text() != text  # the header was rewritten
+    assert Session.load(path) == make_session()

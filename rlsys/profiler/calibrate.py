@@ -319,12 +319,14 @@ def count_events(trace_dir: Path) -> dict[str, int]:
     for path in trace_dir.glob("*.jsonl"):
         with path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
-                if line.startswith('["event",'):
+                packed = line.startswith('["intervals",')
+                if packed or line.startswith('["event",'):
                     try:
-                        category = json.loads(line)[2]
+                        record = json.loads(line)
+                        category, count = (record[1], record[4]) if packed else (record[2], 1)
                     except (json.JSONDecodeError, IndexError):
                         continue  # a torn last line
-                    per_category[category] = per_category.get(category, 0) + 1
+                    per_category[category] = per_category.get(category, 0) + count
     per_source = dict.fromkeys(_sources.SOURCES, 0)
     for category, count in per_category.items():
         source = _sources.SOURCE_OF.get(Category(category))

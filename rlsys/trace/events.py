@@ -10,13 +10,20 @@ A `Session` is plain data: the processes it covers, their events and thread name
 to and loads from the JSON-lines format below, combines with the sessions of other processes,
 and exports to the Chrome trace format (`rlsys.trace.chrome`).
 
-File format `rlsys-trace`, version 1 (UTF-8, one JSON array per line, first element a tag):
+File format `rlsys-trace`, version 2 (UTF-8, one JSON array per line, first element a tag):
 
-    ["rlsys-trace", 1]                                   first line: magic and version
+    ["rlsys-trace", 2]                                   first line: magic and version
     ["process", {ProcessInfo fields}]                    one per process in the session
     ["thread", pid, tid, "name"]                         thread name, before or after its events
     ["event", name, category, start_ns, end_ns, pid, tid, device, region, attrs]
+    ["intervals", category, pid, tid, n, {"code": name, ...}, "base64"]
     ["end", {"events": n}]                               footer, written on a clean close
+
+An `intervals` record packs n events of one category and thread (device "cpu", no region,
+no attrs), as collectors of very many short intervals record them (one per torch call): the
+base64 text holds 3n little-endian int64, `code, start_ns, end_ns` per event, and the
+object maps each code (as text) to the event's name. Version 1 files (no `intervals`
+records) load too.
 
 Writers append lines in batches and flush each batch, so a process that dies loses at most the
 batch it had not yet written; a file without the footer loads with `complete=False`, and a
@@ -25,6 +32,8 @@ torn last line (the process died mid-write) is dropped.
 
 from __future__ import annotations
 
+import array
+import base64
 import contextlib
 import enum
 import importlib.metadata
@@ -40,7 +49,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 FORMAT_NAME = "rlsys-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 clock_ns = time.monotonic_ns
 """The one clock of rlsys events. Tests pass a fake clock to recorders instead."""
@@ -300,9 +310,9 @@ def _session_from_records(path: Path, records: list[tuple[int, Any]]) -> Session
     if not (isinstance(header, list) and len(header) == 2 and header[0] == FORMAT_NAME):
         raise TraceFormatError(f"{path}: not an {FORMAT_NAME} file (first line is not the magic)")
     version = header[1]
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise TraceFormatError(
-            f"{path}: format version {version}, this rlsys reads version {FORMAT_VERSION}; "
+            f"{path}: format version {version}, this rlsys reads versions {READABLE_VERSIONS}; "
             "upgrade rlsys to read it"
         )
     processes: list[ProcessInfo] = []
@@ -314,6 +324,8 @@ def _session_from_records(path: Path, records: list[tuple[int, Any]]) -> Session
             tag = record[0]
             if tag == "event":
                 events.append(Event.from_record(record))
+            elif tag == "intervals":
+                events.extend(_unpack_intervals(record))
             elif tag == "thread":
                 threads[(record[1], record[2])] = record[3]
             elif tag == "process":
@@ -327,3 +339,24 @@ def _session_from_records(path: Path, records: list[tuple[int, Any]]) -> Session
     if not processes:
         raise TraceFormatError(f"{path}: no process record; the file was cut in its header")
     return Session(tuple(processes), events, threads, complete)
+
+
+def pack_intervals(values: array.array) -> str:
+    """`intervals` records' text for int64 `values` (code, start_ns, end_ns, ...)."""
+    if sys.byteorder != "little":
+        values = array.array("q", values)
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def _unpack_intervals(record: list[Any]) -> list[Event]:
+    _, category, pid, tid, count, names, packed = record
+    values = array.array("q", base64.b64decode(packed, validate=True))
+    if sys.byteorder != "little":
+        values.byteswap()
+    if len(values) != 3 * count:
+        raise ValueError(f"{count} intervals announced, {len(values) / 3:g} packed")
+    kind = Category(category)
+    triples = iter(values)
+    return [Event(names[str(code)], kind, start, end, pid, tid)
+            for code, start, end in zip(triples, triples, triples, strict=True)]  # fmt: skip

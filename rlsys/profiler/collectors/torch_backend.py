@@ -21,7 +21,7 @@ Why wrappers, not a `TorchFunctionMode`: a mode sends every torch call through
 PPO's torch calls in-process (7 interleaved rounds of 4096 env steps, process time, medians)
 made its loop 1.58x slower with a mode and 1.14x with these wrappers. A wrapper costs about
 0.5 us per recorded call (two clock reads, a dict lookup for the thread's buffer, three
-integers appended to `Recorder.interval_buffer`, its JSON line at the next flush) and
+integers appended to `Recorder.interval_buffer`, written packed at the next flush) and
 nothing for the calls it leaves alone: metadata reads (`TRIVIAL_*`, tensor properties),
 which take 60 to 460 ns, cheaper to run than to record, so their time is Python.
 
