@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,8 @@ def test_interval_buffers_become_events_at_each_flush(recording, tmp_path: Path)
         ("mm", Category.BACKEND, 40, 60, tid),
     ]
     assert all(e.device == "cpu" and e.region is None and e.attrs is None for e in events)
+    footer = (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()[-1]
+    assert json.loads(footer) == ["end", {"events": 3}]  # events, not packed lines
 
 
 def test_threads_have_their_own_stacks(tmp_path: Path) -> None:

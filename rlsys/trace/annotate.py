@@ -157,10 +157,11 @@ class Recorder:
             lines = []
             while self._pending:
                 lines.append(_event_line(self.pid, self._pending.popleft()))
+            events = len(lines)
             for buffer in self._buffers:
-                buffer.drain_into(lines)
+                events += buffer.drain_into(lines)
             if lines:
-                self.writer.write_event_lines(lines)
+                self.writer.write_event_lines(lines, events)
 
     def close(self) -> None:
         self.flush()
@@ -258,17 +259,18 @@ class _IntervalBuffer:
         self.names = names
         self.times = array.array("q")  # code, start_ns, end_ns, code, ...
 
-    def drain_into(self, lines: list[str]) -> None:
-        """Append an `intervals` record (see `rlsys.trace.events`): the integers as bytes,
-        not one JSON line per interval, whose formatting cost the profiled program about
-        0.4 us per torch call; the loader expands them."""
+    def drain_into(self, lines: list[str]) -> int:
+        """Append an `intervals` record (see `rlsys.trace.events`) and return how many
+        intervals it holds: the integers as bytes, not one JSON line per interval, whose
+        formatting cost the profiled program about 0.4 us per torch call; the loader
+        expands them."""
         # The owning thread may append while we drain: take the first n values, n a multiple
         # of 3 (it may be between the appends of one interval), and delete exactly those
         # (each array operation is atomic), never what arrived meanwhile.
         times = self.times
         n = len(times) - len(times) % 3
         if not n:
-            return
+            return 0
         taken = times[:n]
         del times[:n]
         names = {str(code): self.names[code] for code in set(taken[0::3])}
@@ -276,6 +278,7 @@ class _IntervalBuffer:
                           separators=(",", ":"))  # fmt: skip
         # Base64 needs no escaping: joined as is, not scanned again by json.dumps.
         lines.append(f'{head[:-1]},"{pack_intervals(taken)}"]\n')
+        return n // 3
 
 
 def _innermost_phase(stack: list[_Span]) -> str | None:

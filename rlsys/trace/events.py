@@ -190,11 +190,12 @@ class SessionWriter:
         self._events_written += len(records)
         self._write(records)
 
-    def write_event_lines(self, lines: list[str]) -> None:
-        """Append event records already formatted as JSON lines (the recorder's fast path)."""
+    def write_event_lines(self, lines: list[str], events: int | None = None) -> None:
+        """Append event records already formatted as JSON lines (the recorder's fast path);
+        `events`: how many events they hold (default: one per line)."""
         if self._file is None:
             raise ValueError(f"session writer for {self.path} is already closed")
-        self._events_written += len(lines)
+        self._events_written += len(lines) if events is None else events
         self._file.write("".join(lines))
         self._file.flush()
 
