@@ -16,9 +16,9 @@ from rlsys.algos.ppo import build_ppo
 from rlsys.envs import GymnasiumEnv
 
 
-def small_ppo(env: str):
-    config = PPOConfig(env=env, num_envs=2, num_steps=8, num_minibatches=2, update_epochs=1,
-                       total_steps=2 * 8 * 3, seed=3)  # fmt: skip
+def small_ppo(env: str, num_steps: int = 8):
+    config = PPOConfig(env=env, num_envs=2, num_steps=num_steps, num_minibatches=2,
+                       update_epochs=1, total_steps=2 * num_steps * 3, seed=3)  # fmt: skip
     return build_ppo(config)
 
 
@@ -61,19 +61,21 @@ def test_host_loops_compute_what_an_ordered_callback_computes(monkeypatch) -> No
         np.testing.assert_allclose(value, callback_out[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_a_rotated_host_loop_computes_what_the_plain_one_computes(monkeypatch) -> None:
+@pytest.mark.parametrize("num_steps", [8, 1])
+def test_a_rotated_host_loop_computes_what_the_plain_one_computes(monkeypatch, num_steps) -> None:
     """PPO's acting loop is [policy -> env.step -> the rest of the step]: it runs rotated,
     one jitted call per step (the rest of a step with the next step's policy). Without
-    rotation, two calls per step, the program computes the same."""
+    rotation, two calls per step, the program computes the same (also for one step, where
+    no rotated call runs)."""
     rotated_runs = []
     run = jax_staged.Rotated.run
     monkeypatch.setattr(jax_staged.Rotated, "run",
                         lambda self, *args: rotated_runs.append(1) or run(self, *args))  # fmt: skip
-    built = small_ppo("gymnasium:CartPole-v1")
+    built = small_ppo("gymnasium:CartPole-v1", num_steps)
     rotated = built.program.compile(bounds=built.bounds).run()
     assert rotated_runs, "the acting loop did not run rotated"
     monkeypatch.setattr(jax_staged, "Rotated", lambda *args: None)
-    built = small_ppo("gymnasium:CartPole-v1")
+    built = small_ppo("gymnasium:CartPole-v1", num_steps)
     plain = built.program.compile(bounds=built.bounds).run()
     for name, value in rotated.items():
         np.testing.assert_allclose(value, plain[name], rtol=1e-6, atol=1e-7, err_msg=name)

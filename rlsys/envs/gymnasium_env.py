@@ -70,7 +70,7 @@ class GymnasiumEnv:
             raise RecurrenceError(f"{env_id}: actions of type {type(action_space).__name__} "
                                   "are not supported (Discrete or Box)")  # fmt: skip
         self.obs_shape = tuple(obs_space.shape)
-        obs_size = math.prod(self.obs_shape)
+        self._obs_size = obs_size = math.prod(self.obs_shape)
         self._reset_layout = (("obs", obs_size),)
         self._step_layout = (("obs", obs_size), ("reward", 1), ("terminated", 1),
                              ("truncated", 1), ("final_obs", obs_size))  # fmt: skip
@@ -112,7 +112,7 @@ class GymnasiumEnv:
         if not self.discrete:
             action = np.clip(action, self._low, self._high)
         obs, reward, terminated, truncated, final = self._step_vector(action)
-        n, size = self.num_envs, math.prod(self.obs_shape)
+        n, size = self.num_envs, self._obs_size
         packed = np.empty((n, 2 * size + 3), np.float32)  # the columns of _step_layout
         packed[:, :size] = obs.reshape(n, size)
         packed[:, size], packed[:, size + 1], packed[:, size + 2] = reward, terminated, truncated

@@ -235,23 +235,24 @@ class Rotated:
         _, second_values, second_windows, _, _, _ = second._arguments(inner, carry, {})
         at = first.loop_dims.index(loop.loop.dim)
         from_first = [n for n in second.value_reads if n in first.out_axes]
-        host = first.host.node
-        values, result = {}, inner.values[host].array
+        first_moving = [n for n in first_windows if n in carry]  # this loop's windows
+        second_moving = [n for n in second_windows if n in carry]
+        host = ctx.graph[first.host.node]
         for index in order[1:]:
             following = (*indices[:at], loop.device_index(index), *indices[at + 1 :])
-            first_windows.update({n: carry[n] for n in first_windows if n in carry})
-            second_windows.update({n: carry[n] for n in second_windows if n in carry})
+            first_windows.update({n: carry[n] for n in first_moving})
+            second_windows.update({n: carry[n] for n in second_moving})
             args = (stacks, (inputs, second_values, second_windows, indices, carry, {}),
                     (inputs, first_values, first_windows, following, {}, {}))  # fmt: skip
             carry, stacks, values, host_args = profiled_call(first.operation, self.compiled,
                                                              *args)  # fmt: skip
-            result = call_host(ctx.graph[host], *host_args)
+            result = call_host(host, *host_args)
             second_values.update({n: values[n] for n in from_first})
-            second_values[host] = result
+            second_values[host.id] = result
             indices = following
-        inner = loop.inner(ctx, carry, order[-1])
-        if len(order) > 1:
-            first._store(inner, values, result)
+            if index == order[-1]:  # the last step's context, for B(last)
+                inner = loop.inner(ctx, carry, index)
+                first._store(inner, values, result)
         return second.run(inner, carry, stacks)[1]
 
 
