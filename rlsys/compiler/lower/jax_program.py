@@ -171,9 +171,11 @@ class JaxExecutable:
             prologue.run(pre)
             return pre
 
-        def one_iteration(inputs, pre: Context, carry, start):
-            carry, kept = loop.step(pre, carry, int(start))
-            return carry, {m: jnp.asarray(v)[None] for m, v in kept.items()}
+        def one_iteration(inputs, pre: Context, carry, start: int):
+            carry, kept = loop.step(pre, carry, start)
+            # On the host: they are reported right after, and an eager op per output would
+            # cost a dispatch each (the acting loop waits for the device every step anyway).
+            return carry, {m: np.asarray(v)[None] for m, v in kept.items()}
 
         def run_epilogue(inputs, pre: Context, stacked) -> dict[str, Any]:
             post = pre.child()
@@ -268,7 +270,7 @@ class JaxExecutable:
             # staged iterations record their segments themselves; a jitted call is Backend
             call = self._calls[size] if self.staged else partial(profiled_call, None,
                                                                  self._calls[size])  # fmt: skip
-            carry, values = call(arrays, pre, carry, jnp.int32(start))
+            carry, values = call(arrays, pre, carry, start if self.staged else jnp.int32(start))
             kept.append(values)
             done += size
             stop = report and self._report(values, start, size, on_iteration, per_iteration)

@@ -228,7 +228,7 @@ class Rotated:
         through a new context per step (that Python work cost as much as the call)."""
         first, second = self.first, self.second
         carry = loop.initial_carry
-        stacks = {m: jnp.copy(s) for m, s in loop.initial_stacks.items()}  # to donate
+        stacks = loop.fresh_stacks()  # to donate
         inner = loop.inner(ctx, carry, order[0])
         first.run(inner)
         inputs, first_values, first_windows, indices, _, _ = first._arguments(inner, {}, {})
@@ -280,12 +280,21 @@ class StagedLoop:
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
         self.rotated = Rotated(inner, *parts, carry, stacks) if rotatable else None
         extent = ctx.extent(loop.dim)
+        self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
             entry = inner.values[m].array
-            ordered, perm = plan.stored_layout(m, len(np.shape(entry)) + 1)
+            ordered, perm = self.layouts[m] = plan.stored_layout(m, len(np.shape(entry)) + 1)
             shape = (extent, *np.shape(entry))
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
+        # Fresh stacks and their arrangement in domain order, compiled here: as eager ops
+        # they cost a dispatch each per run (and their first lowering during the run).
+        if stacked:
+            self._fresh = jax.jit(plan.initial_stacks).lower().compile()
+            self._arrange = jax.jit(self._arranged).lower(stacks).compile()
+
+    def _arranged(self, stacks: dict) -> dict:
+        return {m: jnp.transpose(a, self.layouts[m][1]) for m, a in stacks.items()}
 
     def inner(self, ctx: Context, carry: dict, index: int) -> Context:
         """The context of step `index`, for running it (compiling uses a traced index)."""
@@ -318,7 +327,12 @@ class StagedLoop:
             carry, stacks = self.initial_carry, self.initial_stacks
             for index in order:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
-        LoopPlan.make(ctx, self.loop).store(stacks)
+        stored = self._arrange(stacks)
+        ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stored.items()})
+
+    def fresh_stacks(self) -> dict:
+        """New zero stacks (on the device), for a run that donates them."""
+        return self._fresh()
 
 
 def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
