@@ -171,8 +171,8 @@ class JaxExecutable:
             prologue.run(pre)
             return pre
 
-        def one_iteration(inputs, pre: Context, carry, start: int):
-            carry, kept = loop.step(pre, carry, start)
+        def one_iteration(inputs, pre: Context, carry, start):
+            carry, kept = loop.step(pre, carry, int(start))
             # On the host: they are reported right after, and an eager op per output would
             # cost a dispatch each (the acting loop waits for the device every step anyway).
             return carry, {m: np.asarray(v)[None] for m, v in kept.items()}
@@ -270,7 +270,7 @@ class JaxExecutable:
             # staged iterations record their segments themselves; a jitted call is Backend
             call = self._calls[size] if self.staged else partial(profiled_call, None,
                                                                  self._calls[size])  # fmt: skip
-            carry, values = call(arrays, pre, carry, start if self.staged else jnp.int32(start))
+            carry, values = call(arrays, pre, carry, np.int32(start))
             kept.append(values)
             done += size
             stop = report and self._report(values, start, size, on_iteration, per_iteration)
@@ -278,7 +278,10 @@ class JaxExecutable:
                 on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
             if stop:
                 break
-        stacked = {m: jnp.concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
+        # Staged iterations keep their outputs on the host; an eager jnp.concatenate of them
+        # would be compiled for their count.
+        concatenate = np.concatenate if self.staged else jnp.concatenate
+        stacked = {m: concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
         at_end = [s for s in self.ir.sinks if s not in per_iteration]
         if done < extent or started > 0:  # a part of the loop: what each iteration computed
             outputs = self.iteration_outputs.items()

@@ -313,8 +313,12 @@ class StagedLoop:
         return ctx.child(self.loop.dim, index, windows)
 
     def step(self, ctx: Context, carry: dict, index: int) -> tuple[dict, dict[int, Any]]:
-        """Step `index` of the loop: the next carry and the kept members' values."""
-        inner = self.inner(ctx, carry, index)
+        """Step `index` of the loop: the next carry and the kept members' values.
+
+        A caller of `step` (the iteration loop) rarely repeats an index: it goes in as a
+        NumPy scalar, which each call copies to the device for a few µs, rather than through
+        `device_index`, whose first copy of a value costs about 100 µs."""
+        inner = self._inner(ctx, carry, np.int32(index))
         carry, _ = self.body.run(inner, carry, {})
         return carry, {m: inner.values[m].array for m in self.kept}
 
