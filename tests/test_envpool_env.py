@@ -40,7 +40,8 @@ def test_ppo_runs_on_envpool_cartpole(tmp_path: Path) -> None:
     argv = ["train", "ppo", "--env", "envpool:CartPole-v1", "--total-steps", "512",
             "--num-envs", "4", "--num-steps", "32", "--quiet", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
-    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    with (out / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
     assert len(rows) == 4
     returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
     assert returns and all(5 <= r <= 500 for r in returns)  # CartPole episode lengths

@@ -29,9 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.jax import Context, Value, Window, call_host, host_arguments, host_result
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.lower.packing import PackedStacks, Packing
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.schedule import Compute, Loop, Step
 from rlsys.compiler.stages import has_host
@@ -121,8 +123,7 @@ class Segment:
         if self.finish is not None:
             carry = self.finish.shift_windows(carry, {m: ctx.values[m].array for m in carry})
             at = ctx.loop_index[self.finish.loop.dim]
-            stacks = {m: jax.lax.dynamic_update_index_in_dim(s, ctx.values[m].array, at, 0)
-                      for m, s in stacks.items()}  # fmt: skip
+            stacks = _written(stacks, {m: ctx.values[m].array for m in stacks}, at)
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
@@ -138,6 +139,13 @@ class Segment:
         ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
         if self.host is not None:
             ctx.values[self.host.node] = Value(host_result, self.host.vector_dims)
+
+
+def _written(stacks: dict | PackedStacks, values: dict, at: Any) -> dict | tuple:
+    """The stacks with this step's `values` written at index `at`."""
+    if isinstance(stacks, PackedStacks):
+        return stacks.written(values, at)
+    return {m: jax.lax.dynamic_update_index_in_dim(s, values[m], at, 0) for m, s in stacks.items()}
 
 
 def _operation(ctx: Context, nodes: set[int], host: Compute | None) -> str | None:
@@ -202,58 +210,119 @@ class Rotated:
         A(0); host(0)
         for d in 0 .. D-2:  (B(d), A(d+1)); host(d+1)      # one call
         B(D-1)
-    Inside the call, A reads the loop's windows as B has just moved them."""
+    Inside the call, A reads the loop's windows as B has just moved them.
 
-    def __init__(self, ctx: Context, first: Segment, second: Segment, carry: dict,
-                 stacks: dict) -> None:  # fmt: skip
-        self.first, self.second = first, second
-        args = (stacks, second._arguments(ctx, carry, {}), first._arguments(ctx, {}, {}))
-        # The stacks are donated: XLA writes the step's values into them in place instead of
-        # copying every stack on every call.
-        self.compiled = jax.jit(self._traced, donate_argnums=0).lower(*args).compile()
+    The call's arrays are packed (`packing.py`): what changes from step to step (the
+    stacks, donated; the windows and A's values, the *state*), what does not (small values
+    read from outside the loop, the *constants*), the host result and two loop indices.
+    Unpacked, the call took and returned some thirty arrays, which cost more than its work."""
 
-    def _traced(self, stacks, second_args, first_args):
-        *second_args, _ = second_args
-        _, _, carry, stacks = self.second._traced(*second_args, stacks)  # values: in stacks
-        inputs, values, windows, indices, _, _ = first_args
-        windows = {n: carry.get(n, array) for n, array in windows.items()}
-        started, host_args, _, _ = self.first._traced(inputs, values, windows, indices, {}, {})
-        return carry, stacks, started, host_args
+    def __init__(self, ctx: Context, loop: Loop, first: Segment, second: Segment,
+                 carry: dict, stacks: dict) -> None:  # fmt: skip
+        if first.loop_dims != second.loop_dims:
+            raise RecurrenceError("internal: the rotated segments run in different loops")
+        self.first, self.second, self.host = first, second, ctx.graph[first.host.node]
+        self.at = first.loop_dims.index(loop.dim)
+        self.started = sorted(first.out_axes)  # A's values: what B (and the last step) read
+        constants, large = self._constants(ctx, carry)
+        self.constants = Packing(constants)
+        initial = self._state_of(carry, ctx)
+        self.state = Packing(initial)
+        rows = {m: jax.ShapeDtypeStruct(s.shape[1:], s.dtype) for m, s in stacks.items()}
+        self.stacks = Packing(rows, rows=ctx.extent(loop.dim))
+        packed_stacks = jax.eval_shape(self.stacks.zeros)
+        packed_state = jax.eval_shape(self.state.pack, initial)
+        args = (packed_stacks, packed_state, ctx.values[self.host.id].array, INDEX, INDEX,
+                jax.eval_shape(self.constants.pack, constants), large, ctx.inputs)  # fmt: skip
+        # The stacks and the state are donated: XLA writes them in place.
+        self.compiled = jax.jit(self._traced, donate_argnums=(0, 1)).lower(*args).compile()
+        self._fresh = jax.jit(self.stacks.zeros).lower().compile()
+        self._pack_state = jax.jit(self.state.pack).lower(initial).compile()
+        self._pack_constants = jax.jit(self.constants.pack).lower(constants).compile()
+        self._unpacked = jax.jit(self._unpack).lower(packed_state, packed_stacks).compile()
+
+    def _constants(self, ctx: Context, carry: dict) -> tuple[dict, dict]:
+        """What the call reads that stays the same for a whole loop run: values and windows
+        from outside the loop, and the enclosing loops' indices. Small ones are packed; large
+        ones (a replay buffer) are passed as they are, not copied into a buffer every run."""
+        reads = {("value", n): ctx.values[n].array
+                 for segment in (self.first, self.second) for n in segment.value_reads
+                 if n not in self.first.out_axes and n != self.host.id}  # fmt: skip
+        reads |= {("window", n): ctx.windows[n].array
+                  for segment in (self.first, self.second) for n in segment.window_reads
+                  if n not in carry}  # fmt: skip
+        reads |= {("index", k): i for k, i in enumerate(self._indices(ctx)) if k != self.at}
+        small = {k: a for k, a in reads.items() if _nbytes(a) <= _PACKED_CONSTANT_BYTES}
+        return small, {k: a for k, a in reads.items() if k not in small}
+
+    def _indices(self, ctx: Context) -> tuple:
+        return tuple(ctx.loop_index[d] for d in self.first.loop_dims)
+
+    def _state_of(self, carry: dict, ctx: Context) -> dict:
+        """The state at the start of a run: the windows, and A's values of the first step."""
+        return {**{("window", m): a for m, a in carry.items()},
+                **{("value", n): ctx.values[n].array for n in self.started}}  # fmt: skip
+
+    def _traced(self, stacks, state, host_result, previous, following, constants, large, inputs):
+        constants = {**self.constants.unpack(constants), **large}
+        state = self.state.unpack(state)
+
+        def arguments(segment: Segment, index, carry: dict) -> tuple:
+            values = {n: host_result if n == self.host.id else state.get(("value", n))
+                      for n in segment.value_reads}  # fmt: skip
+            values = {n: constants[("value", n)] if a is None else a for n, a in values.items()}
+            windows = {n: carry[n] if n in carry else constants[("window", n)]
+                       for n in segment.window_reads}  # fmt: skip
+            indices = tuple(index if k == self.at else constants[("index", k)]
+                            for k in range(len(segment.loop_dims)))  # fmt: skip
+            return inputs, values, windows, indices
+
+        carry = {m: a for (kind, m), a in state.items() if kind == "window"}
+        second = arguments(self.second, previous, carry)
+        _, _, carry, stacks = self.second._traced(*second, carry,
+                                                  PackedStacks(self.stacks, stacks))  # fmt: skip
+        started, host_args, _, _ = self.first._traced(*arguments(self.first, following, carry),
+                                                       {}, {})  # fmt: skip
+        state = {**{("window", m): a for m, a in carry.items()},
+                 **{("value", n): started[n] for n in self.started}}  # fmt: skip
+        return stacks, self.state.pack(state), host_args
+
+    def _unpack(self, state, stacks) -> tuple[dict, dict, dict]:
+        state = self.state.unpack(state)
+        carry = {m: a for (kind, m), a in state.items() if kind == "window"}
+        started = {n: a for (kind, n), a in state.items() if kind == "value"}
+        return carry, started, self.stacks.unpack(stacks)
 
     def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
-        """Run the loop's steps in `order`; return its stacks.
-
-        From one step to the next only the loop index, the carry, A's values and the host
-        result change: the call's arguments are updated in place for those, not rebuilt
-        through a new context per step (that Python work cost as much as the call)."""
-        first, second = self.first, self.second
+        """Run the loop's steps in `order`; return its stacks. A step in Python is the call
+        and the host op, nothing else."""
         carry = loop.initial_carry
-        stacks = loop.fresh_stacks()  # to donate
         inner = loop.inner(ctx, carry, order[0])
-        first.run(inner)
-        inputs, first_values, first_windows, indices, _, _ = first._arguments(inner, {}, {})
-        _, second_values, second_windows, _, _, _ = second._arguments(inner, carry, {})
-        at = first.loop_dims.index(loop.loop.dim)
-        from_first = [n for n in second.value_reads if n in first.out_axes]
-        first_moving = [n for n in first_windows if n in carry]  # this loop's windows
-        second_moving = [n for n in second_windows if n in carry]
-        host = ctx.graph[first.host.node]
+        self.first.run(inner)
+        constants, large = self._constants(inner, carry)
+        constants = self._pack_constants(constants)
+        state = self._pack_state(self._state_of(carry, inner))
+        stacks, result = self._fresh(), inner.values[self.host.id].array
+        previous = loop.device_index(order[0])
         for index in order[1:]:
-            following = (*indices[:at], loop.device_index(index), *indices[at + 1 :])
-            first_windows.update({n: carry[n] for n in first_moving})
-            second_windows.update({n: carry[n] for n in second_moving})
-            args = (stacks, (inputs, second_values, second_windows, indices, carry, {}),
-                    (inputs, first_values, first_windows, following, {}, {}))  # fmt: skip
-            carry, stacks, values, host_args = profiled_call(first.operation, self.compiled,
-                                                             *args)  # fmt: skip
-            result = call_host(host, *host_args)
-            second_values.update({n: values[n] for n in from_first})
-            second_values[host.id] = result
-            indices = following
-            if index == order[-1]:  # the last step's context, for B(last)
-                inner = loop.inner(ctx, carry, index)
-                first._store(inner, values, result)
-        return second.run(inner, carry, stacks)[1]
+            following = loop.device_index(index)
+            stacks, state, host_args = profiled_call(
+                self.first.operation, self.compiled,
+                stacks, state, result, previous, following, constants, large, inner.inputs,
+            )  # fmt: skip
+            result = call_host(self.host, *host_args)
+            previous = following
+        carry, started, stacks = self._unpacked(state, stacks)
+        inner = loop.inner(ctx, carry, order[-1])  # the last step's context, for B(last)
+        self.first._store(inner, started, result)
+        return self.second.run(inner, carry, stacks)[1]
+
+
+def _nbytes(array: Any) -> int:
+    return int(np.prod(np.shape(array))) * np.dtype(array.dtype).itemsize
+
+
+_PACKED_CONSTANT_BYTES = 1 << 16  # larger constants are passed unpacked (see Rotated)
 
 
 _KEPT_INDICES = 4096  # loop indices kept on the device, per loop (an acting loop's steps)
@@ -282,7 +351,7 @@ class StagedLoop:
         parts = self.body.parts
         rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
-        self.rotated = Rotated(inner, *parts, carry, stacks) if rotatable else None
+        self.rotated = Rotated(inner, loop, *parts, carry, stacks) if rotatable else None
         extent = ctx.extent(loop.dim)
         self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
@@ -291,10 +360,9 @@ class StagedLoop:
             shape = (extent, *np.shape(entry))
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
-        # Fresh stacks and their arrangement in domain order, compiled here: as eager ops
-        # they cost a dispatch each per run (and their first lowering during the run).
+        # The stacks' arrangement in domain order, compiled here: as eager ops the
+        # transpositions would cost a dispatch each per run (and a first lowering in it).
         if stacked:
-            self._fresh = jax.jit(plan.initial_stacks).lower().compile()
             self._arrange = jax.jit(self._arranged).lower(stacks).compile()
 
     def _arranged(self, stacks: dict) -> dict:
@@ -333,10 +401,6 @@ class StagedLoop:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
         stored = self._arrange(stacks)
         ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stored.items()})
-
-    def fresh_stacks(self) -> dict:
-        """New zero stacks (on the device), for a run that donates them."""
-        return self._fresh()
 
 
 def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
