@@ -61,12 +61,16 @@ def test_host_loops_compute_what_an_ordered_callback_computes(monkeypatch) -> No
         np.testing.assert_allclose(value, callback_out[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("num_steps", [8, 1])
-def test_a_rotated_host_loop_computes_what_the_plain_one_computes(monkeypatch, num_steps) -> None:
+@pytest.mark.parametrize(("num_steps", "packed_bytes"), [(8, None), (1, None), (8, 0)])
+def test_a_rotated_host_loop_computes_what_the_plain_one_computes(
+    monkeypatch, num_steps, packed_bytes
+) -> None:
     """PPO's acting loop is [policy -> env.step -> the rest of the step]: it runs rotated,
     one jitted call per step (the rest of a step with the next step's policy). Without
     rotation, two calls per step, the program computes the same (also for one step, where
-    no rotated call runs)."""
+    no rotated call runs, and with every constant too large to pack)."""
+    if packed_bytes is not None:
+        monkeypatch.setattr(jax_staged, "_PACKED_CONSTANT_BYTES", packed_bytes)
     rotated_runs = []
     run = jax_staged.Rotated.run
     monkeypatch.setattr(jax_staged.Rotated, "run",
