@@ -22,7 +22,7 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -207,42 +207,42 @@ class Rotated:
     """A host loop whose step is [segment A -> host op -> segment B], run rotated: B of one
     step and A of the next are one jitted call, so a step costs one dispatch, not two.
 
-        A(0); host(0)
+        A(0); host(0)                                      # start
         for d in 0 .. D-2:  (B(d), A(d+1)); host(d+1)      # one call
-        B(D-1)
+        B(D-1), the stacks arranged                        # finish
     Inside the call, A reads the loop's windows as B has just moved them.
 
-    The call's arrays are packed (`packing.py`): what changes from step to step (the
+    The calls' arrays are packed (`packing.py`): what changes from step to step (the
     stacks, donated; the windows and A's values, the *state*), what does not (small values
     read from outside the loop, the *constants*), the host result and two loop indices.
     Unpacked, the call took and returned some thirty arrays, which cost more than its work."""
 
     def __init__(self, ctx: Context, loop: Loop, first: Segment, second: Segment,
-                 carry: dict, stacks: dict) -> None:  # fmt: skip
+                 carry: dict, stacks: dict, arrange: Callable[[dict], dict]) -> None:  # fmt: skip
         if first.loop_dims != second.loop_dims:
             raise RecurrenceError("internal: the rotated segments run in different loops")
         self.first, self.second, self.host = first, second, ctx.graph[first.host.node]
-        self.at = first.loop_dims.index(loop.dim)
+        self.at, self.arrange = first.loop_dims.index(loop.dim), arrange
         self.started = sorted(first.out_axes)  # A's values: what B (and the last step) read
-        constants, large = self._constants(ctx, carry)
+        reads = self._reads(ctx, carry)
+        self.large = {k for k, a in reads.items() if _nbytes(a) > _PACKED_CONSTANT_BYTES}
+        constants = {k: a for k, a in reads.items() if k not in self.large}
+        large = {k: a for k, a in reads.items() if k in self.large}
         self.constants = Packing(constants)
-        initial = self._state_of(carry, ctx)
-        self.state = Packing(initial)
+        self.state = Packing(self._state(carry, {n: ctx.values[n].array for n in self.started}))
         rows = {m: jax.ShapeDtypeStruct(s.shape[1:], s.dtype) for m, s in stacks.items()}
         self.stacks = Packing(rows, rows=ctx.extent(loop.dim))
-        packed_stacks = jax.eval_shape(self.stacks.zeros)
-        packed_state = jax.eval_shape(self.state.pack, initial)
-        args = (packed_stacks, packed_state, ctx.values[self.host.id].array, INDEX, INDEX,
-                jax.eval_shape(self.constants.pack, constants), large, ctx.inputs)  # fmt: skip
+        start = (constants, large, ctx.inputs, carry, INDEX)
+        self._start = jax.jit(self._started).lower(*start).compile()
+        packed = jax.eval_shape(self._started, *start)[:3]  # constants, state, stacks
+        args = (packed[2], packed[1], ctx.values[self.host.id].array, INDEX, INDEX,
+                packed[0], large, ctx.inputs)  # fmt: skip
         # The stacks and the state are donated: XLA writes them in place.
         self.compiled = jax.jit(self._traced, donate_argnums=(0, 1)).lower(*args).compile()
-        self._fresh = jax.jit(self.stacks.zeros).lower().compile()
-        self._pack_state = jax.jit(self.state.pack).lower(initial).compile()
-        self._pack_constants = jax.jit(self.constants.pack).lower(constants).compile()
-        self._unpacked = jax.jit(self._unpack).lower(packed_state, packed_stacks).compile()
+        self._finish = jax.jit(self._finished).lower(*args[:4], *args[5:]).compile()
 
-    def _constants(self, ctx: Context, carry: dict) -> tuple[dict, dict]:
-        """What the call reads that stays the same for a whole loop run: values and windows
+    def _reads(self, ctx: Context, carry: dict) -> dict:
+        """What the calls read that stays the same for a whole loop run: values and windows
         from outside the loop, and the enclosing loops' indices. Small ones are packed; large
         ones (a replay buffer) are passed as they are, not copied into a buffer every run."""
         reads = {("value", n): ctx.values[n].array
@@ -251,59 +251,74 @@ class Rotated:
         reads |= {("window", n): ctx.windows[n].array
                   for segment in (self.first, self.second) for n in segment.window_reads
                   if n not in carry}  # fmt: skip
-        reads |= {("index", k): i for k, i in enumerate(self._indices(ctx)) if k != self.at}
-        small = {k: a for k, a in reads.items() if _nbytes(a) <= _PACKED_CONSTANT_BYTES}
-        return small, {k: a for k, a in reads.items() if k not in small}
+        indices = (ctx.loop_index[d] for d in self.first.loop_dims)
+        return reads | {("index", k): i for k, i in enumerate(indices) if k != self.at}
 
-    def _indices(self, ctx: Context) -> tuple:
-        return tuple(ctx.loop_index[d] for d in self.first.loop_dims)
+    def _arguments(self, segment: Segment, index, carry: dict, values: dict, constants: dict,
+                   inputs) -> tuple:  # fmt: skip
+        """A segment's arguments (as `Segment._arguments` gives them) inside a call."""
+        values = {n: values[n] if n in values else constants[("value", n)]
+                  for n in segment.value_reads}  # fmt: skip
+        windows = {n: carry[n] if n in carry else constants[("window", n)]
+                   for n in segment.window_reads}  # fmt: skip
+        indices = tuple(index if k == self.at else constants[("index", k)]
+                        for k in range(len(segment.loop_dims)))  # fmt: skip
+        return inputs, values, windows, indices
 
-    def _state_of(self, carry: dict, ctx: Context) -> dict:
-        """The state at the start of a run: the windows, and A's values of the first step."""
+    def _started(self, constants, large, inputs, carry, index):
+        """A(0): the packed constants, state and (zero) stacks, and host(0)'s arguments."""
+        reads = {**constants, **large}
+        started, host_args, _, _ = self.first._traced(
+            *self._arguments(self.first, index, carry, {}, reads, inputs), {}, {}
+        )
+        return (self.constants.pack(constants), self._packed_state(carry, started),
+                self.stacks.zeros(), host_args)  # fmt: skip
+
+    def _state(self, carry: dict, started: dict) -> dict:
+        """The state after a step's A: the loop's windows and A's values."""
         return {**{("window", m): a for m, a in carry.items()},
-                **{("value", n): ctx.values[n].array for n in self.started}}  # fmt: skip
+                **{("value", n): started[n] for n in self.started}}  # fmt: skip
 
-    def _traced(self, stacks, state, host_result, previous, following, constants, large, inputs):
+    def _packed_state(self, carry: dict, started: dict) -> tuple:
+        return self.state.pack(self._state(carry, started))
+
+    def _second(self, stacks, state, host_result, previous, constants, large, inputs):
+        """B of the step `previous`: the moved windows and the stacks written."""
         constants = {**self.constants.unpack(constants), **large}
         state = self.state.unpack(state)
-
-        def arguments(segment: Segment, index, carry: dict) -> tuple:
-            values = {n: host_result if n == self.host.id else state.get(("value", n))
-                      for n in segment.value_reads}  # fmt: skip
-            values = {n: constants[("value", n)] if a is None else a for n, a in values.items()}
-            windows = {n: carry[n] if n in carry else constants[("window", n)]
-                       for n in segment.window_reads}  # fmt: skip
-            indices = tuple(index if k == self.at else constants[("index", k)]
-                            for k in range(len(segment.loop_dims)))  # fmt: skip
-            return inputs, values, windows, indices
-
         carry = {m: a for (kind, m), a in state.items() if kind == "window"}
-        second = arguments(self.second, previous, carry)
-        _, _, carry, stacks = self.second._traced(*second, carry,
-                                                  PackedStacks(self.stacks, stacks))  # fmt: skip
-        started, host_args, _, _ = self.first._traced(*arguments(self.first, following, carry),
-                                                       {}, {})  # fmt: skip
-        state = {**{("window", m): a for m, a in carry.items()},
-                 **{("value", n): started[n] for n in self.started}}  # fmt: skip
-        return stacks, self.state.pack(state), host_args
+        values = {n: a for (kind, n), a in state.items() if kind == "value"}
+        values[self.host.id] = host_result
+        args = self._arguments(self.second, previous, carry, values, constants, inputs)
+        _, _, carry, stacks = self.second._traced(*args, carry, PackedStacks(self.stacks, stacks))
+        return carry, stacks, constants
 
-    def _unpack(self, state, stacks) -> tuple[dict, dict, dict]:
-        state = self.state.unpack(state)
-        carry = {m: a for (kind, m), a in state.items() if kind == "window"}
-        started = {n: a for (kind, n), a in state.items() if kind == "value"}
-        return carry, started, self.stacks.unpack(stacks)
+    def _traced(self, stacks, state, host_result, previous, following, constants, large, inputs):
+        carry, stacks, constants = self._second(stacks, state, host_result, previous, constants,
+                                                large, inputs)  # fmt: skip
+        args = self._arguments(self.first, following, carry, {}, constants, inputs)
+        started, host_args, _, _ = self.first._traced(*args, {}, {})
+        return stacks, self._packed_state(carry, started), host_args
+
+    def _finished(self, stacks, state, host_result, previous, constants, large, inputs):
+        """B of the last step, and the stacks unpacked and arranged in domain order."""
+        _, stacks, _ = self._second(stacks, state, host_result, previous, constants, large,
+                                    inputs)  # fmt: skip
+        return self.arrange(self.stacks.unpack(stacks))
 
     def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
-        """Run the loop's steps in `order`; return its stacks. A step in Python is the call
-        and the host op, nothing else."""
-        carry = loop.initial_carry
-        inner = loop.inner(ctx, carry, order[0])
-        self.first.run(inner)
-        constants, large = self._constants(inner, carry)
-        constants = self._pack_constants(constants)
-        state = self._pack_state(self._state_of(carry, inner))
-        stacks, result = self._fresh(), inner.values[self.host.id].array
+        """Run the loop's steps in `order`; return its stacks, arranged. A step in Python is
+        the call and the host op, nothing else."""
+        inner = loop.inner(ctx, loop.initial_carry, order[0])
+        reads = self._reads(inner, loop.initial_carry)
+        constants = {k: a for k, a in reads.items() if k not in self.large}
+        large = {k: a for k, a in reads.items() if k in self.large}
         previous = loop.device_index(order[0])
+        constants, state, stacks, host_args = profiled_call(
+            self.first.operation, self._start,
+            constants, large, inner.inputs, loop.initial_carry, previous,
+        )  # fmt: skip
+        result = call_host(self.host, *host_args)
         for index in order[1:]:
             following = loop.device_index(index)
             stacks, state, host_args = profiled_call(
@@ -312,10 +327,7 @@ class Rotated:
             )  # fmt: skip
             result = call_host(self.host, *host_args)
             previous = following
-        carry, started, stacks = self._unpacked(state, stacks)
-        inner = loop.inner(ctx, carry, order[-1])  # the last step's context, for B(last)
-        self.first._store(inner, started, result)
-        return self.second.run(inner, carry, stacks)[1]
+        return self._finish(stacks, state, result, previous, constants, large, inner.inputs)
 
 
 def _nbytes(array: Any) -> int:
@@ -351,7 +363,6 @@ class StagedLoop:
         parts = self.body.parts
         rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
-        self.rotated = Rotated(inner, loop, *parts, carry, stacks) if rotatable else None
         extent = ctx.extent(loop.dim)
         self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
@@ -360,9 +371,11 @@ class StagedLoop:
             shape = (extent, *np.shape(entry))
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
+        self.rotated = (Rotated(inner, loop, *parts, carry, stacks, self._arranged)
+                        if rotatable else None)  # fmt: skip
         # The stacks' arrangement in domain order, compiled here: as eager ops the
         # transpositions would cost a dispatch each per run (and a first lowering in it).
-        if stacked:
+        if stacked and self.rotated is None:
             self._arrange = jax.jit(self._arranged).lower(stacks).compile()
 
     def _arranged(self, stacks: dict) -> dict:
@@ -394,12 +407,12 @@ class StagedLoop:
         extent = ctx.extent(self.loop.dim)
         order = list(range(extent - 1, -1, -1) if self.loop.reverse else range(extent))
         if self.rotated is not None:
-            stacks = self.rotated.run(self, ctx, order)
+            stored = self.rotated.run(self, ctx, order)
         else:
             carry, stacks = self.initial_carry, self.initial_stacks
             for index in order:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
-        stored = self._arrange(stacks)
+            stored = self._arrange(stacks)
         ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stored.items()})
 
 
