@@ -327,7 +327,10 @@ class Rotated:
             )  # fmt: skip
             result = call_host(self.host, *host_args)
             previous = following
-        return self._finish(stacks, state, result, previous, constants, large, inner.inputs)
+        return profiled_call(
+            self.second.operation, self._finish,
+            stacks, state, result, previous, constants, large, inner.inputs,
+        )  # fmt: skip
 
 
 def _nbytes(array: Any) -> int:
