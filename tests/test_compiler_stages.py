@@ -129,3 +129,35 @@ def test_a_program_without_iteration_loop_steps_the_environment_in_order(
         for k in reversed(range(6)):
             expected[:, k] = rewards[k] + (0.5 * expected[:, k + 1] if k < 5 else 0.0)
         np.testing.assert_allclose(out["ret"], expected, rtol=1e-6)
+
+
+def test_a_rotated_loop_reads_program_inputs(monkeypatch) -> None:
+    """A policy that reads a program input (a threshold, a constant of the acting loop,
+    packed with the others) computes in the rotated loop what the plain loop computes, and
+    the input changes the actions."""
+
+    def run(threshold: float) -> dict:
+        prog = rt.Program(dims=("b", "t"))
+        b, t = prog.dims
+        _, T = prog.bounds
+        with prog:
+            env = GymnasiumEnv("CartPole-v1", num_envs=3, seed=7)
+            limit = rt.input("threshold", domain=())
+            obs = rt.placeholder(shape=(4,), name="obs")
+            obs[b, 0] = env.reset(rt.random.key(0).fold_in(b)).obs
+            action = (obs.slice_axis(2, 3).reshape(()) > limit).astype("int32")
+            obs[b, t + 1] = env.step(action).obs
+            prog.output("action", action[b, 0:T])
+        exe = prog.compile(bounds={"B": 3, "T": 6})
+        return exe.run({"threshold": np.float32(threshold)})
+
+    rotated_runs = []
+    original = jax_staged.Rotated.run
+    counted = lambda self, *args: rotated_runs.append(1) or original(self, *args)  # noqa: E731
+    monkeypatch.setattr(jax_staged.Rotated, "run", counted)
+    rotated = {x: run(x)["action"] for x in (0.0, 1.0)}
+    assert rotated_runs, "the acting loop did not run rotated"
+    monkeypatch.setattr(jax_staged, "Rotated", lambda *args: None)
+    for x, actions in rotated.items():
+        np.testing.assert_array_equal(actions, run(x)["action"])
+    assert rotated[1.0].sum() == 0 and rotated[0.0].sum() > 0  # the pole angle stays below 1
