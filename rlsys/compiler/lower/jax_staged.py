@@ -22,6 +22,7 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -127,18 +128,13 @@ class Segment:
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
-        result = None
+        """Put the steps' values and the host op's result (if any) into `ctx`."""
+        ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
         if self.host is not None:
             node = ctx.graph[self.host.node]
             result = call_host(node, *host_args) if call else host_result(
                 ctx, node, self.host.vector_dims)  # fmt: skip
-        self._store(ctx, values, result)
-
-    def _store(self, ctx: Context, values: dict, host_result: Any) -> None:
-        """Put the steps' values and the host op's result (if any) into `ctx`."""
-        ctx.values.update({n: Value(a, self.out_axes[n]) for n, a in values.items()})
-        if self.host is not None:
-            ctx.values[self.host.node] = Value(host_result, self.host.vector_dims)
+            ctx.values[node.id] = Value(result, self.host.vector_dims)
 
 
 def _written(stacks: dict | PackedStacks, values: dict, at: Any) -> dict | tuple:
@@ -226,8 +222,7 @@ class Rotated:
         self.started = sorted(first.out_axes)  # A's values: what B (and the last step) read
         reads = self._reads(ctx, carry)
         self.large = {k for k, a in reads.items() if _nbytes(a) > _PACKED_CONSTANT_BYTES}
-        constants = {k: a for k, a in reads.items() if k not in self.large}
-        large = {k: a for k, a in reads.items() if k in self.large}
+        constants, large = self._split(reads)
         self.constants = Packing(constants)
         self.state = Packing(self._state(carry, {n: ctx.values[n].array for n in self.started}))
         rows = {m: jax.ShapeDtypeStruct(s.shape[1:], s.dtype) for m, s in stacks.items()}
@@ -244,7 +239,8 @@ class Rotated:
     def _reads(self, ctx: Context, carry: dict) -> dict:
         """What the calls read that stays the same for a whole loop run: values and windows
         from outside the loop, and the enclosing loops' indices. Small ones are packed; large
-        ones (a replay buffer) are passed as they are, not copied into a buffer every run."""
+        ones (a replay buffer) are passed as they are, not copied into a buffer every run
+        (`_split`)."""
         reads = {("value", n): ctx.values[n].array
                  for segment in (self.first, self.second) for n in segment.value_reads
                  if n not in self.first.out_axes and n != self.host.id}  # fmt: skip
@@ -253,6 +249,11 @@ class Rotated:
                   if n not in carry}  # fmt: skip
         indices = (ctx.loop_index[d] for d in self.first.loop_dims)
         return reads | {("index", k): i for k, i in enumerate(indices) if k != self.at}
+
+    def _split(self, reads: dict) -> tuple[dict, dict]:
+        """The reads to pack, and the large ones (passed as they are)."""
+        return ({k: a for k, a in reads.items() if k not in self.large},
+                {k: a for k, a in reads.items() if k in self.large})  # fmt: skip
 
     def _arguments(self, segment: Segment, index, carry: dict, values: dict, constants: dict,
                    inputs) -> tuple:  # fmt: skip
@@ -310,9 +311,7 @@ class Rotated:
         """Run the loop's steps in `order`; return its stacks, arranged. A step in Python is
         the call and the host op, nothing else."""
         inner = loop.inner(ctx, loop.initial_carry, order[0])
-        reads = self._reads(inner, loop.initial_carry)
-        constants = {k: a for k, a in reads.items() if k not in self.large}
-        large = {k: a for k, a in reads.items() if k in self.large}
+        constants, large = self._split(self._reads(inner, loop.initial_carry))
         previous = loop.device_index(order[0])
         constants, state, stacks, host_args = profiled_call(
             self.first.operation, self._start,
@@ -334,7 +333,7 @@ class Rotated:
 
 
 def _nbytes(array: Any) -> int:
-    return int(np.prod(np.shape(array))) * np.dtype(array.dtype).itemsize
+    return math.prod(np.shape(array)) * np.dtype(array.dtype).itemsize
 
 
 _PACKED_CONSTANT_BYTES = 1 << 16  # larger constants are passed unpacked (see Rotated)
