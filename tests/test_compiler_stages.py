@@ -13,6 +13,7 @@ import rlsys.compiler.lower.jax_staged as jax_staged
 import rlsys.rt as rt
 from rlsys.algos.config import PPOConfig
 from rlsys.algos.ppo import build_ppo
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.envs import GymnasiumEnv
 
 
@@ -161,3 +162,19 @@ def test_a_rotated_loop_reads_program_inputs(monkeypatch) -> None:
     for x, actions in rotated.items():
         np.testing.assert_array_equal(actions, run(x)["action"])
     assert rotated[1.0].sum() == 0 and rotated[0.0].sum() > 0  # the pole angle stays below 1
+
+
+def test_optimized_hlo_names_the_loops_xla_compiled() -> None:
+    from benchmarks.xla_breakdown import parse_hlo
+
+    built = small_ppo("gymnax:CartPole-v1")  # acting: 8 steps; learning: 2 minibatch updates
+    texts = built.program.compile(bounds=built.bounds).optimized_hlo()
+    assert list(texts) == ["iterations[1]"]
+    owner, body, labels = parse_hlo(texts["iterations[1]"])
+    # The acting scan and the reverse scan of GAE run 8 trips, the minibatch updates 2.
+    assert set(labels.values()) == {"while body (2 trips per call)",
+                                    "while body (8 trips per call)"}  # fmt: skip
+    assert set(owner) == set(body) and set(labels) <= set(owner.values())
+    host = small_ppo("gymnasium:CartPole-v1")
+    with pytest.raises(RecurrenceError, match="has host ops"):
+        host.program.compile(bounds=host.bounds).optimized_hlo()

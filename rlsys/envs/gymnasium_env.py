@@ -88,7 +88,7 @@ class GymnasiumEnv:
 
         try:
             vector = SameStepVector([lambda: gym.make(self.env_id)] * self.num_envs)
-        except gym.error.Error as err:
+        except (gym.error.Error, ValueError) as err:  # ValueError: spaces it cannot batch
             raise RecurrenceError(f"gymnasium environment {self.env_id!r}: {err}") from None
         spec = vector.spec
         limit = int(spec.max_episode_steps or 1000) if spec else 1000

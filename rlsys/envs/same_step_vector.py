@@ -39,6 +39,9 @@ class SameStepVector(gym.vector.VectorEnv):
         # Discrete actions go in as Python ints: a space's `contains` check (every env checks
         # its action) is several times faster for an int than for a NumPy scalar.
         self._as_ints = isinstance(first.action_space, gym.spaces.Discrete)
+        if first.observation_space.shape is None:  # Tuple, Dict, ...: no array to fill
+            raise ValueError(f"observations of type {type(first.observation_space).__name__} "
+                             "are not supported (array spaces only, such as Box)")  # fmt: skip
         shape = (self.num_envs, *first.observation_space.shape)
         dtype = first.observation_space.dtype
         self._obs, self._final = np.zeros(shape, dtype), np.zeros(shape, dtype)

@@ -325,6 +325,19 @@ class JaxExecutable:
         print("\n".join(row.as_text() for row in rows), file=file)
         return rows
 
+    def optimized_hlo(self) -> dict[str, str]:
+        """The HLO XLA optimized and compiled, by call: `iterations` (one entry per call
+        size) for a host iteration loop, else `whole`. Profiles name XLA's work by these
+        instructions (`benchmarks/xla_breakdown.py` maps them back to loops)."""
+        if self.staged:
+            raise RecurrenceError(
+                "optimized_hlo(): this program has host ops, so it runs as many jitted segments; "
+                "profile it with `rlsys profile` instead"
+            )
+        if self.host_loop:
+            return {f"iterations[{n}]": call.as_text() for n, call in self._calls.items()}
+        return {"whole": self._compiled.as_text()}
+
     def graph(self, format: str = "dot") -> str:
         """The dependence graph as Graphviz text."""
         from rlsys.compiler.explain import to_dot
