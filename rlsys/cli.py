@@ -33,6 +33,26 @@ def _add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only errors and the result")
 
 
+def add_compile_cache_options(parser: argparse.ArgumentParser) -> None:
+    from rlsys.compiler.disk_cache import default_directory
+
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--compile-cache", type=Path, default=None, metavar="DIR",
+        help=f"keep compiled programs in DIR, so that running one again skips XLA's "
+             f"compilation (default: {default_directory()})",
+    )  # fmt: skip
+    group.add_argument("--no-compile-cache", action="store_true",
+                       help="compile afresh and keep nothing")  # fmt: skip
+
+
+def compile_cache(args: argparse.Namespace):
+    """The disk cache of compiled programs the options ask for (a context manager)."""
+    from rlsys.compiler.disk_cache import default_directory, disk_cache
+
+    return disk_cache(None if args.no_compile_cache else args.compile_cache or default_directory())
+
+
 def _not_built(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         raise UsageError(
@@ -87,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = verbs.add_parser("train", help="train a policy", description=train_cli.DESCRIPTION)
     _add_common_options(train)
     train_cli.add_arguments(train)
+    add_compile_cache_options(train)
     train.set_defaults(run=train_cli.run)
     from rlsys import evaluate as eval_cli
 
@@ -94,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description=eval_cli.DESCRIPTION)  # fmt: skip
     _add_common_options(evaluate)
     eval_cli.add_arguments(evaluate)
+    add_compile_cache_options(evaluate)
     evaluate.set_defaults(run=eval_cli.run)
     bench = verbs.add_parser(
         "bench", help="run benchmark cases side by side", description=bench_cli.DESCRIPTION

@@ -87,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
                          ("params", "obs_mean", "obs_var"))  # fmt: skip
     # The statistics after the last iteration: those of all observations of training.
     obs_stats = (final["obs_mean"], final["obs_var"]) if "obs_mean" in final else None
-    returns = evaluate(config, final["params"], args.episodes, greedy=not args.stochastic,
-                       obs_stats=obs_stats)  # fmt: skip
+    from rlsys.cli import compile_cache
+
+    with compile_cache(args):
+        returns = evaluate(config, final["params"], args.episodes, greedy=not args.stochastic,
+                           obs_stats=obs_stats)  # fmt: skip
     print(f"{algo} on {config.env}: mean return {returns.mean():.1f} ± {returns.std():.1f} "
           f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
           "actions)")  # fmt: skip

@@ -129,9 +129,11 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.resume is None:
         write_toml(dataclasses.asdict(config), out / "config.toml")
+    from rlsys.cli import compile_cache
     from rlsys.training import train
 
-    summary = train(args.algo, config, out, quiet=args.quiet, resume=args.resume is not None)
+    with compile_cache(args):
+        summary = train(args.algo, config, out, quiet=args.quiet, resume=args.resume is not None)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "

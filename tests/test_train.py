@@ -297,3 +297,45 @@ def test_dqn_on_a_gymnasium_host_environment(tmp_path: Path) -> None:
     assert all(np.isfinite(losses)) and losses[-1] > 0
     returns = [float(r["episode_return"]) for r in rows if int(r["episodes"])]
     assert returns and all(5 <= r <= 500 for r in returns)
+
+
+def test_a_repeated_run_loads_its_compiled_programs_from_the_disk_cache(tmp_path: Path) -> None:
+    """Every compilation of the second run of one configuration is a load from the cache
+    (what this process still holds in memory from the first run is not even requested),
+    the metrics are the same, and afterwards the process compiles without the cache."""
+    import jax
+    from jax import monitoring
+
+    events: list[str] = []
+
+    def count(event: str, **kwargs) -> None:
+        if event.startswith("/jax/compilation_cache/"):
+            events.append(event.rsplit("/", 1)[1])
+
+    cache = tmp_path / "cache"
+    argv = ["train", "ppo", *SMALL, "--compile-cache", str(cache)]
+    monitoring.register_event_listener(count)
+    try:
+        assert main([*argv, "--out", str(tmp_path / "first")]) == 0
+        stored = len(list(cache.iterdir()))
+        assert stored >= 3  # the prologue, the iterations and the epilogue at least
+        events.clear()
+        assert main([*argv, "--out", str(tmp_path / "second")]) == 0
+    finally:
+        monitoring.unregister_event_listener(count)
+    requests = events.count("compile_requests_use_cache")
+    assert requests >= 3 and events.count("cache_hits") == requests
+    assert len(list(cache.iterdir())) == stored  # nothing compiled afresh
+    first, second = (_learning_columns(tmp_path / n / "metrics.csv") for n in ("first", "second"))
+    assert first == second
+    assert jax.config.jax_compilation_cache_dir is None
+    jax.jit(lambda x: x * 3.0 + 1.0).lower(1.0).compile()  # after the run: not kept
+    assert len(list(cache.iterdir())) == stored
+
+
+def test_no_compile_cache_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    out = tmp_path / "run"
+    assert main(["train", "ppo", *SMALL, "--no-compile-cache", "--out", str(out)]) == 0
+    assert not (tmp_path / "xdg").exists()
+    assert (out / "summary.json").exists()
