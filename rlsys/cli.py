@@ -8,6 +8,7 @@ exits 2; so does a verb that is not built yet.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,10 +48,24 @@ def add_compile_cache_options(parser: argparse.ArgumentParser) -> None:
 
 
 def compile_cache(args: argparse.Namespace):
-    """The disk cache of compiled programs the options ask for (a context manager)."""
+    """The disk cache of compiled programs the options ask for, as a context manager; a
+    folder that cannot be one is a usage error now, before any result is written."""
     from rlsys.compiler.disk_cache import default_directory, disk_cache
 
-    return disk_cache(None if args.no_compile_cache else args.compile_cache or default_directory())
+    if args.no_compile_cache:
+        return disk_cache(None)
+    directory = args.compile_cache or default_directory()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        writable = os.access(directory, os.W_OK)
+    except OSError as err:
+        writable, why = False, err.strerror
+    else:
+        why = "not writable"
+    if not writable:
+        raise UsageError(f"--compile-cache {directory}: {why}",
+                         hint="give a writable folder, or --no-compile-cache")  # fmt: skip
+    return disk_cache(directory)
 
 
 def _not_built(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:

@@ -126,13 +126,15 @@ def run(args: argparse.Namespace) -> int:
         out = args.out or default_out_dir("train")
     if (out / "summary.json").exists():
         raise UsageError(f"{out} already holds a finished run", hint="pass a new --out DIR")
+    from rlsys.cli import compile_cache
+
+    cache = compile_cache(args)
     out.mkdir(parents=True, exist_ok=True)
     if args.resume is None:
         write_toml(dataclasses.asdict(config), out / "config.toml")
-    from rlsys.cli import compile_cache
     from rlsys.training import train
 
-    with compile_cache(args):
+    with cache:
         summary = train(args.algo, config, out, quiet=args.quiet, resume=args.resume is not None)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
+
+_CACHE_HOME = tempfile.mkdtemp(prefix="rlsys-test-cache-")
 
 
 def pytest_configure(config) -> None:
+    # What the tests cache (compiled programs of `rlsys train`, calibrations) goes to a folder
+    # of this session, for the tests' processes and their children, not to ~/.cache.
+    os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
     # Several tests check what Ctrl-C does (SIGINT to `rlsys profile`, the bench harness and
     # their children). A test run started in the background of a non-interactive shell
     # (`make test &`, `nohup`) inherits SIGINT ignored, and ignored signals stay ignored in
     # every child: restore Python's handler (children then get the default at exec).
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(_CACHE_HOME, ignore_errors=True)

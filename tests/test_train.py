@@ -73,6 +73,7 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
         (["train", "ppo", "--env", "gymnasium:NoSuchEnv-v0", *SMALL], "NoSuchEnv"),
         (["train", "ppo", "--env", "gymnax:NoSuchEnv-v0", *SMALL], "unknown gymnax environment"),
         (["train", "ppo", "--env", "gymnasium:Blackjack-v1", *SMALL], "observations of type Tuple"),
+        (["train", "ppo", *SMALL, "--compile-cache", "/dev/null"], "--compile-cache /dev/null"),
         (["train", "ppo", "--num-envs", "abc"], "invalid int value: 'abc'"),
         (["train", "ppo", "--total-steps", "10"], "less than one iteration"),
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
