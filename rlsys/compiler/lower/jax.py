@@ -163,9 +163,10 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
 def _direct_read(ctx: Context, producer: Node, edge: Edge, value: Value, window_shift,
                  vector_dims) -> tuple[Any, tuple] | None:  # fmt: skip
     """The read without a gather, when every index entry is the current point (`x[b, t]`,
-    or a loop's own index) or a whole-range slice (`x[0:B]`): the stored value with its axes
-    reordered. None for other reads. (XLA does not always see through an iota gather.)"""
-    present, slice_axes = [], []
+    or a loop's own index), a whole-range slice (`x[0:B]`) or a constant (`x[i, T - 1]`):
+    the stored value at those constants, its axes reordered. None for other reads. (XLA
+    does not always see through an iota gather, nor through a gather of a broadcast.)"""
+    present, slice_axes, fixed = [], [], {}
     for dim, item in zip(producer.domain, edge.index, strict=True):
         if dim in window_shift:
             continue
@@ -175,14 +176,20 @@ def _direct_read(ctx: Context, producer: Node, edge: Edge, value: Value, window_
             if not (whole and stored):
                 return None
             slice_axes.append(value.axes.index(dim))
+        elif stored and not item.dims():  # a constant index, bounds included
+            last = ctx.extent(dim) - 1
+            fixed[value.axes.index(dim)] = min(max(int(item.evaluate(ctx.bounds)), 0), last)
         elif not is_same_point(item, dim) or (stored and dim not in vector_dims):
             return None
         elif stored:
             present.append(value.axes.index(dim))
-    order = present + slice_axes
     array = value.array
+    for axis in sorted(fixed, reverse=True):  # the last first: earlier axes keep their place
+        array = jax.lax.index_in_dim(array, fixed[axis], axis, keepdims=False)
+    kept = [k for k in range(len(value.axes)) if k not in fixed]
+    order = [kept.index(k) for k in present + slice_axes]
     if order != sorted(order):
-        rest = list(range(len(value.axes), array.ndim))
+        rest = list(range(len(kept), array.ndim))
         array = jnp.transpose(array, order + rest)
     return array, tuple(value.axes[k] for k in present)
 

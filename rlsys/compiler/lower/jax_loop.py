@@ -3,20 +3,23 @@
 A `Loop` over d runs its body once per index of d (reversed for recurrences that read later
 points). Values a member reads at `d - k` come from a window of its last k values carried
 from step to step; values read after the loop (by later steps, outputs, or a gradient's
-re-run) are stacked over d. Inside a jitted function the loop is a `lax.scan`; the outermost
-loop over the iteration dimension can instead run on the host, one jitted call per
-iteration (`jax_program.py`), with the same `LoopPlan`.
+re-run) are stacked over d, except those read after it only at its last step whose window
+already carries that value (the parameters after a run of minibatch updates): the loop's
+final carry holds them, and nothing is stacked. Inside a jitted function the loop is a
+`lax.scan`; the outermost loop over the iteration dimension can instead run on the host, one
+jitted call per iteration (`jax_program.py`), with the same `LoopPlan`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from rlsys.compiler.index import Dim
+from rlsys.compiler.index import Dim, IndexExpr
 from rlsys.compiler.ir import Node, concrete_shape
 from rlsys.compiler.lower.jax import Context, Value, Window, compute_node
 from rlsys.compiler.schedule import Compute, Loop, carried_offset, index_on, is_same_point
@@ -56,6 +59,28 @@ def _kept(ctx: Context, loop: Loop) -> frozenset[int]:
         or any(r not in loop.members for r in ctx.consumers[m])
         or any(m in reads for reads in outside_grads)
     )  # fmt: skip
+
+
+def _carried_to_the_end(ctx: Context, loop: Loop, kept: frozenset[int]) -> frozenset[int]:
+    """Kept members with a window whose only reads after the loop are at its last step (index
+    extent - 1, or 0 for a reverse loop): the final carry's window holds that value."""
+    last = 0 if loop.reverse else ctx.extent(loop.dim) - 1
+    outside_grads = [reads for g, reads in ctx.grad_reads.items() if g not in loop.members]
+
+    def at_last(edge, member: Node) -> bool:
+        item = index_on(edge, member, loop.dim)
+        return (isinstance(item, IndexExpr) and not item.dims()
+                and item.evaluate(ctx.bounds) == last)  # fmt: skip
+
+    found = set()
+    for m in kept & set(_window_sizes(ctx, loop)):
+        if m in ctx.outputs or any(m in reads for reads in outside_grads):
+            continue
+        reads = [edge for r in ctx.consumers[m] if r not in loop.members
+                 for edge in ctx.graph[r].all_edges() if edge.node == m]  # fmt: skip
+        if reads and all(at_last(edge, ctx.graph[m]) for edge in reads):
+            found.add(m)
+    return frozenset(found)
 
 
 def _streamed(ctx: Context, loop: Loop) -> frozenset[int]:
@@ -144,6 +169,13 @@ class LoopPlan:
             ordered, perm = self.stored_layout(member, array.ndim)
             self.ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
 
+    def store_final(self, carry: dict[int, Any], members: frozenset[int]) -> None:
+        """Record members read after the loop only at its last step, from the final carry:
+        that value at every index (XLA folds the broadcast into the one read)."""
+        extent = self.ctx.extent(self.loop.dim)
+        self.store({m: jnp.broadcast_to(carry[m][0], (extent, *carry[m].shape[1:]))
+                    for m in members})  # fmt: skip
+
     def stored_layout(self, member: int, ndim: int) -> tuple[tuple[Dim, ...], list[int]]:
         """The axes of a kept member once stored, and the permutation of its stacked array
         (loop dim first) that puts them in domain order."""
@@ -159,6 +191,9 @@ class LoopPlan:
 
 def run_loop(ctx: Context, loop: Loop) -> None:
     plan = LoopPlan.make(ctx, loop)
+    at_end = _carried_to_the_end(ctx, loop, plan.kept)
+    plan = dataclasses.replace(plan, kept=plan.kept - at_end)
     inputs = plan.scan_inputs(0, ctx.extent(loop.dim))
-    _, stacked = jax.lax.scan(plan.body, plan.initial_carry(), inputs, reverse=loop.reverse)
+    carry, stacked = jax.lax.scan(plan.body, plan.initial_carry(), inputs, reverse=loop.reverse)
     plan.store(stacked)
+    plan.store_final(carry, at_end)
