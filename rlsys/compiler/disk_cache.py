@@ -5,11 +5,10 @@
 JAX's persistent compilation cache: each jitted function's executable is stored under a key
 of its HLO, the compile options, the XLA flags and the jax/jaxlib versions, so a changed
 program, option or version compiles afresh and never reads a stale entry. A repeated run of
-one configuration (another seed keeps the program: seeds are data) or a resumed run then
-builds and traces as before but loads instead of compiling. PPO on gymnax CartPole, 2
-cores: 3.3 s of compilation in the first run, 1.1 s in the next (1.3 s with another seed:
-the parts whose constants the seed changes compile again), and a peak RSS of 321 MB
-instead of 569, since XLA's compiler never runs.
+one configuration or a resumed run then builds and traces as before but loads instead of
+compiling. PPO on gymnax CartPole, 2 cores: 3.3 s of compilation in the first run, 1.1 s in
+the next (1.3 s with another seed: the parts whose constants the seed changes compile
+again), and a peak RSS of 321 MB instead of 569, since XLA's compiler never runs.
 
 Library calls (`program.compile(...)`, the benchmarks) do not use it unless asked: they
 measure and pay a cold compilation.
