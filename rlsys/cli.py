@@ -57,12 +57,10 @@ def compile_cache(args: argparse.Namespace):
     directory = args.compile_cache or default_directory()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        writable = os.access(directory, os.W_OK)
+        why = None if os.access(directory, os.W_OK) else "not writable"
     except OSError as err:
-        writable, why = False, err.strerror
-    else:
-        why = "not writable"
-    if not writable:
+        why = err.strerror
+    if why:
         raise UsageError(f"--compile-cache {directory}: {why}",
                          hint="give a writable folder, or --no-compile-cache")  # fmt: skip
     return disk_cache(directory)

@@ -74,6 +74,14 @@ def is_same_point(item: Index | None, dim: Dim) -> bool:
     return isinstance(item, Affine) and item.single_dim() == (dim, 0)
 
 
+def constant_index(item: Index | None, bounds) -> int | None:
+    """The point an index entry always reads (`T - 1`, `0`), or None if it varies or is a
+    slice. `bounds` gives the extents' values."""
+    if item is None or isinstance(item, Slice) or item.dims():
+        return None
+    return int(item.evaluate(bounds))
+
+
 def carried_offset(item: Index, dim: Dim) -> int | None:
     """k for an index `dim + k`; None for any other form (slices, min/max, other dims)."""
     if isinstance(item, Affine):

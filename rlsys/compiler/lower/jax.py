@@ -33,7 +33,7 @@ from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
-from rlsys.compiler.schedule import carried_offset, index_on, is_same_point, plan
+from rlsys.compiler.schedule import carried_offset, constant_index, index_on, is_same_point, plan
 
 
 @dataclass
@@ -176,9 +176,8 @@ def _direct_read(ctx: Context, producer: Node, edge: Edge, value: Value, window_
             if not (whole and stored):
                 return None
             slice_axes.append(value.axes.index(dim))
-        elif stored and not item.dims():  # a constant index, bounds included
-            last = ctx.extent(dim) - 1
-            fixed[value.axes.index(dim)] = min(max(int(item.evaluate(ctx.bounds)), 0), last)
+        elif stored and (at := constant_index(item, ctx.bounds)) is not None:
+            fixed[value.axes.index(dim)] = min(max(at, 0), ctx.extent(dim) - 1)
         elif not is_same_point(item, dim) or (stored and dim not in vector_dims):
             return None
         elif stored:

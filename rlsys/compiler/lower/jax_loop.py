@@ -19,10 +19,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rlsys.compiler.index import Dim, IndexExpr
+from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Node, concrete_shape
 from rlsys.compiler.lower.jax import Context, Value, Window, compute_node
-from rlsys.compiler.schedule import Compute, Loop, carried_offset, index_on, is_same_point
+from rlsys.compiler.schedule import (
+    Compute,
+    Loop,
+    carried_offset,
+    constant_index,
+    index_on,
+    is_same_point,
+)
 
 
 def run_steps(ctx: Context, steps) -> None:
@@ -61,24 +68,19 @@ def _kept(ctx: Context, loop: Loop) -> frozenset[int]:
     )  # fmt: skip
 
 
-def _carried_to_the_end(ctx: Context, loop: Loop, kept: frozenset[int]) -> frozenset[int]:
+def _carried_to_the_end(ctx: Context, loop: Loop, plan: LoopPlan) -> frozenset[int]:
     """Kept members with a window whose only reads after the loop are at its last step (index
     extent - 1, or 0 for a reverse loop): the final carry's window holds that value."""
     last = 0 if loop.reverse else ctx.extent(loop.dim) - 1
     outside_grads = [reads for g, reads in ctx.grad_reads.items() if g not in loop.members]
-
-    def at_last(edge, member: Node) -> bool:
-        item = index_on(edge, member, loop.dim)
-        return (isinstance(item, IndexExpr) and not item.dims()
-                and item.evaluate(ctx.bounds) == last)  # fmt: skip
-
     found = set()
-    for m in kept & set(_window_sizes(ctx, loop)):
+    for m in plan.kept & set(plan.window_axes):
         if m in ctx.outputs or any(m in reads for reads in outside_grads):
             continue
-        reads = [edge for r in ctx.consumers[m] if r not in loop.members
+        items = [index_on(edge, ctx.graph[m], loop.dim)
+                 for r in ctx.consumers[m] if r not in loop.members
                  for edge in ctx.graph[r].all_edges() if edge.node == m]  # fmt: skip
-        if reads and all(at_last(edge, ctx.graph[m]) for edge in reads):
+        if items and all(constant_index(item, ctx.bounds) == last for item in items):
             found.add(m)
     return frozenset(found)
 
@@ -191,7 +193,7 @@ class LoopPlan:
 
 def run_loop(ctx: Context, loop: Loop) -> None:
     plan = LoopPlan.make(ctx, loop)
-    at_end = _carried_to_the_end(ctx, loop, plan.kept)
+    at_end = _carried_to_the_end(ctx, loop, plan)
     plan = dataclasses.replace(plan, kept=plan.kept - at_end)
     inputs = plan.scan_inputs(0, ctx.extent(loop.dim))
     carry, stacked = jax.lax.scan(plan.body, plan.initial_carry(), inputs, reverse=loop.reverse)
