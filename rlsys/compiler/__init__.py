@@ -2,3 +2,7 @@
 
 User-facing names are re-exported by `rlsys.rt`.
 """
+
+from rlsys.compiler.cpu_dispatch import run_cpu_programs_inline
+
+run_cpu_programs_inline()  # before any JAX computation creates the CPU backend (why: there)
