@@ -83,6 +83,42 @@ def _matmul_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> Ten
     return TensorType(shape, promote([a.dtype, b.dtype]))
 
 
+_NARROW_OUTPUT = 4  # outputs up to this wide get the weight gradient as a multiply-reduce
+# (measured on PPO's 64x2 head: 16 µs against a 26-45 µs dot; wider outputs favour the dot)
+
+
+@jax.custom_vjp
+def _narrow_matmul(a, b):
+    return a @ b
+
+
+def _narrow_matmul_fwd(a, b):
+    return a @ b, (a, b)
+
+
+def _narrow_matmul_bwd(saved, g):
+    """b's gradient is the sum over a's rows of their outer products with g's, written as a
+    multiply-reduce that XLA fuses into one loop (vectorized over batch dims, the sum takes
+    them in too). The product form aᵀ·g is a dot XLA:CPU runs in its slow Eigen kernel: for
+    a policy's 64x2 output layer on 256 rows, about 26 µs (xla_breakdown.py ppo)."""
+    a, b = saved
+    rows = (a[..., :, None] * g[..., None, :]).reshape(-1, *b.shape)
+    return (g @ b.T).astype(a.dtype), rows.sum(axis=0).astype(b.dtype)
+
+
+_narrow_matmul.defvjp(_narrow_matmul_fwd, _narrow_matmul_bwd)
+
+
+def _matmul(a, b):
+    """Rows through a matrix with 2 to 4 outputs (a policy head over a few actions, a Q-head)
+    get the gradient above; everything else is jnp.matmul. One output is left out: XLA
+    already turns that product's gradient into a reduce of its own, and the form above made
+    it a YNNPACK reduce of about 165 µs in PPO's update."""
+    if b.ndim == 2 and 2 <= b.shape[1] <= _NARROW_OUTPUT:
+        return _narrow_matmul(a, b)
+    return jnp.matmul(a, b)
+
+
 def _softmax_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     (x,) = types
     normalize_axes("softmax", params.get("axis", -1), len(x.shape))
@@ -94,7 +130,7 @@ for _name, _fn in REDUCTIONS.items():
 register("cumsum", _along_axis("cumsum"), lambda x, axis=0: jnp.cumsum(x, axis=axis))
 register("discounted_cum_sum", _along_axis("discounted_cum_sum"), _discounted_cum_sum)
 register("linear_recurrence", _along_axis("linear_recurrence"), _linear_recurrence)
-register("matmul", _matmul_infer, jnp.matmul)
+register("matmul", _matmul_infer, _matmul)
 register("argmax", _argmax_infer, lambda x, axis=-1: jnp.argmax(x, axis=axis).astype("int32"))
 register("softmax", _softmax_infer, lambda x, axis=-1: jax.nn.softmax(x, axis=axis))
 register("log_softmax", _softmax_infer, lambda x, axis=-1: jax.nn.log_softmax(x, axis=axis))
