@@ -5,4 +5,4 @@ User-facing names are re-exported by `rlsys.rt`.
 
 from rlsys.compiler.cpu_dispatch import run_cpu_programs_inline
 
-run_cpu_programs_inline()  # before any JAX computation creates the CPU backend (why: there)
+run_cpu_programs_inline()  # before any JAX computation creates the CPU backend: see there

@@ -6,9 +6,10 @@ whole training iteration) the handoff is lost in the work. For the tiny per-step
 call of a host loop (8 observations through a 64-64 MLP: about 11 µs of XLA thunks) it is
 most of the cost: waking the worker, its wake-up latency and waking the caller back cost
 about 80 µs per call on this project's 2-core machine, against about 21 µs for the same call
-run inline. Measured on PPO with gymnasium CartPole (host loop): 37k → 57k env steps/s;
-whole-iteration programs (gymnax PPO, the A2C scaling sweep) ran at the same speed either
-way (see benchmarks/RESULTS.md).
+run inline (its real arguments, repeated in one process). PPO on gymnasium CartPole (a host
+loop), alternating in one session: 32–34k env steps/s dispatched asynchronously, 40–53k
+inline. Whole-iteration programs (gymnax PPO, the A2C scaling sweep) ran at the same speed
+either way (benchmarks/RESULTS.md, the host PPO row).
 
 The switch is JAX's `jax_cpu_enable_async_dispatch`, which takes effect only when the CPU
 backend is created, so it is set when `rlsys.compiler` is imported: in a process that has
