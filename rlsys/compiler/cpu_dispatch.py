@@ -35,11 +35,9 @@ def _backend_started() -> bool:
     return backends_are_initialized()
 
 
-def run_cpu_programs_inline() -> bool:
+def run_cpu_programs_inline() -> None:
     """Make XLA:CPU run programs synchronously in the caller, unless the user opted out or
-    the backend already exists. Returns whether programs will run inline."""
-    if os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    if not _backend_started():
+    the backend already exists (then the setting would not take effect)."""
+    opted_out = os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
+    if not opted_out and not _backend_started():
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-    return not jax.config.read("jax_cpu_enable_async_dispatch")
