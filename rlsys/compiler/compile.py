@@ -3,7 +3,8 @@
 `compile_graph` binds the bounds (every bound the program uses must be given), checks the
 program (demand analysis, then the schedule), and hands it to a lowering: "jax" (one
 jitted function) or "ref" (the point-by-point reference interpreter). After a JAX compilation
-it returns the heap memory XLA freed to the OS (`heap.py`).
+it returns the heap memory XLA freed to the OS, and from then on keeps what executions free
+for the next one (`heap.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.heap import release_freed_heap
+from rlsys.compiler.heap import keep_freed_buffers, release_freed_heap
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, concrete_shape
 from rlsys.compiler.lower.jax_program import JaxExecutable
@@ -107,4 +108,5 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
                                iterations_per_call=iterations_per_call)  # fmt: skip
     executable.pass_timings = timings
     release_freed_heap()  # what XLA's compilation freed would stay resident otherwise
+    keep_freed_buffers()  # but what its executions free is reused, not unmapped each call
     return executable
