@@ -212,21 +212,23 @@ def test_points_over_several_dims_are_computed_flat_with_the_nested_result(monke
         np.testing.assert_allclose(value, nested[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("outputs", [2, 4, 5])
-def test_a_narrow_output_layer_has_the_plain_gradient_without_a_weight_gradient_dot(
-    outputs: int,
+@pytest.mark.parametrize(("outputs", "rows"), [(2, 256), (4, 256), (5, 256), (64, 512),
+                                              (64, 513), (2, 1024)])  # fmt: skip
+def test_a_layer_on_a_few_rows_or_outputs_has_the_plain_gradient_without_a_slow_dot(
+    outputs: int, rows: int
 ) -> None:
-    # Up to 4 outputs, the weight's gradient is a multiply-reduce (`rules/reduce.py`),
-    # because XLA:CPU runs the dot form Xᵀ·dY slowly; the values must not change.
+    # Up to 4 outputs the weight's gradient is a multiply-reduce, and on up to 512 rows it
+    # takes a transposed copy of them (`rules/reduce.py`), because XLA:CPU runs the dot form
+    # Xᵀ·dY slowly; the values must not change.
     prog = rt.Program(dims=("i",))
     (i,) = prog.dims
     with prog:
         w = rt.input("w", shape=(64, outputs), domain=(i,))
-        x = rt.input("x", shape=(256, 64), domain=(i,))
+        x = rt.input("x", shape=(rows, 64), domain=(i,))
         prog.output("g", rt.grad((x @ w).tanh().sum(), w))
     rng = np.random.default_rng(2)
     weights = rng.normal(size=(1, 64, outputs)).astype("float32")
-    xs = rng.normal(size=(1, 256, 64)).astype("float32")
+    xs = rng.normal(size=(1, rows, 64)).astype("float32")
     expected = jax.grad(lambda w, x: jnp.tanh(x @ w).sum())(weights[0], xs[0])
     exe = prog.compile(bounds={prog.bounds[0]: 1})
     np.testing.assert_allclose(exe.run({"w": weights, "x": xs})["g"][0], expected, rtol=1e-5,
@@ -234,4 +236,4 @@ def test_a_narrow_output_layer_has_the_plain_gradient_without_a_weight_gradient_
     hlo = "\n".join(exe.optimized_hlo().values())
     # Xᵀ·dY contracts the rows of X: the product's left operand is contracted on dim 0.
     weight_gradient_dots = re.findall(r" dot\(.*lhs_contracting_dims=\{0\}", hlo)
-    assert bool(weight_gradient_dots) == (outputs > 4), weight_gradient_dots
+    assert bool(weight_gradient_dots) == (outputs > 4 and rows > 512), weight_gradient_dots
