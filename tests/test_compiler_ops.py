@@ -14,7 +14,8 @@ from rlsys.compiler.rules import RULES
 
 STRUCTURAL = {"const", "input", "dim_value", "index", "merge", "grad"}
 # Environment ops are exercised by the PPO-shaped program and `rlsys train` tests.
-ENV_OPS = {"gymnax_reset", "gymnax_step", "gymnasium_reset", "gymnasium_step"}
+ENV_OPS = {"gymnax_reset", "gymnax_step", "gymnax_reset_after", "gymnax_step_before_reset",
+           "gymnasium_reset", "gymnasium_step"}  # fmt: skip
 
 
 def _x():
@@ -77,12 +78,9 @@ EXAMPLES = {
     "uniform": lambda: rt.random.uniform(_key(), (2,)),
     "normal": lambda: rt.random.normal(_key(), (2,)),
     "permutation": lambda: rt.random.permutation(_key(), 5),
-    "categorical_sample": lambda: rt.Categorical(_x()).sample(_key()),
+    "gumbel": lambda: rt.random.gumbel(_key(), (2,)),
     "categorical_log_prob": lambda: rt.Categorical(_x()).log_prob(rt.const(1)),
     "categorical_entropy": lambda: rt.Categorical(_x()).entropy(),
-    "gaussian_sample": lambda: rt.DiagGaussian(_x(), rt.const(np.zeros(3, "float32"))).sample(
-        _key()
-    ),
     "gaussian_log_prob": lambda: rt.DiagGaussian(_x(), rt.const(np.zeros(3, "float32"))).log_prob(
         _x() * 0.5
     ),

@@ -67,8 +67,14 @@ def test_explain_shows_the_timerl_schedule(compiled) -> None:
     # The acting chain obs -> policy -> env step -> obs[t + 1] is a scan over t.
     assert by_name["obs"] == {"i": "scan", "b": "vectorize", "t": "scan"}
     assert by_name["state"] == by_name["obs"]
-    assert by_op["gymnax_step"] == [{"i": "scan", "b": "vectorize", "t": "scan"}]
-    assert by_op["categorical_sample"] == [{"i": "scan", "b": "vectorize", "t": "scan"}]
+    in_the_loop = {"i": "scan", "b": "vectorize", "t": "scan"}
+    hoisted = {"i": "scan", "b": "vectorize", "t": "vectorize"}
+    # What depends on the step's key alone, the action's Gumbel noise and the reset after an
+    # episode end, is drawn for every step at once, outside the acting scan.
+    assert by_op["gymnax_step_before_reset"] == [in_the_loop]
+    assert by_op["gymnax_reset_after"] == [hoisted]
+    assert by_op["gumbel"] == [hoisted]
+    assert by_op["argmax"] == [in_the_loop]
     # GAE reads later points: a reverse scan over t.
     assert by_name["advantage"] == {"i": "scan", "b": "vectorize", "t": "reverse scan"}
     # The loss and its backward are vectorized over b and t.

@@ -33,7 +33,7 @@ def test_a_host_environment_makes_act_and_learn_stages() -> None:
     # The acting chain crosses env.step on the host: its loops run from Python.
     assert by_name["obs"].decisions == {"i": "host loop", "b": "vectorize", "t": "host loop"}
     assert [r.stage for r in by_op["gymnasium_step"]] == ["act"]
-    assert [r.stage for r in by_op["categorical_sample"]] == ["act"]
+    assert [r.stage for r in by_op["argmax"]] == ["act"]  # the sampled action
     assert [r.stage for r in by_op["gymnasium_reset"]] == ["setup"]
     # Returns, gradients and the update come after the last host op: the learn stage.
     assert by_name["advantage"].stage == "learn"

@@ -1,5 +1,5 @@
 """The unrolled threefry implementation draws exactly JAX's numbers; permutations are
-permutations, uniformly placed."""
+permutations, uniformly placed; the distributions' samples are JAX's."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rlsys.rt as rt
 from rlsys.compiler.rules.random_ops import _permutation
 from rlsys.compiler.rules.threefry import UNROLLED_THREEFRY, raw_key, typed_key
 
@@ -62,3 +63,23 @@ def test_permutation_places_items_uniformly() -> None:
     # 500 expected per slot; a chi-square with 7 dof above 24.3 has probability 0.001
     chi2 = float(((counts - 500) ** 2 / 500).sum())
     assert chi2 < 24.3, counts
+
+
+def test_distributions_sample_what_jax_samples() -> None:
+    """`rt.Categorical.sample` (Gumbel noise + argmax) and `rt.DiagGaussian.sample` draw
+    JAX's numbers from each point's key: jax.random.categorical's and mean + std * normal."""
+    logits = np.array([[0.3, -0.2, 0.1], [2.0, -1.0, 0.5]], "float32")
+    mean, log_std = np.array([0.5, -1.0], "float32"), np.array([0.2, -0.3], "float32")
+    prog = rt.Program(dims=("i",))
+    (i,) = prog.dims
+    with prog:
+        key = rt.random.key(7).fold_in(i)
+        prog.output("category", rt.Categorical(rt.const(logits)).sample(key))
+        prog.output("gaussian", rt.DiagGaussian(rt.const(mean), rt.const(log_std)).sample(key))
+    out = prog.compile(bounds={"I": 64}).run()
+    keys = [jax.random.fold_in(jax.random.PRNGKey(7), n) for n in range(64)]
+    np.testing.assert_array_equal(
+        out["category"], [np.asarray(jax.random.categorical(k, logits)) for k in keys]
+    )
+    expected = [mean + np.exp(log_std) * np.asarray(jax.random.normal(k, (2,))) for k in keys]
+    np.testing.assert_allclose(out["gaussian"], expected, rtol=1e-6, atol=1e-6)

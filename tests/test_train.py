@@ -187,8 +187,10 @@ def test_a2c_and_reinforce_learn_cartpole(algo, options, tmp_path: Path, capsys)
     out = tmp_path / "run"
     assert main(["train", algo, *options, "--quiet", "--out", str(out)]) == 0
     rows = [r for r in csv.DictReader((out / "metrics.csv").open()) if int(r["episodes"])]
-    first, last = rows[0]["episode_return"], rows[-1]["episode_return"]
-    assert float(first) < 50 and float(last) >= 150  # random play lasts ~20 steps
+    returns = [float(r["episode_return"]) for r in rows]
+    # random play lasts ~20 steps; the end of training is judged on its last 10 iterations,
+    # as one iteration's mean return swings by +-50 (REINFORCE n-step, seed 0: 135-213)
+    assert returns[0] < 50 and np.mean(returns[-10:]) >= 150, returns[-10:]
     capsys.readouterr()
     assert main(["eval", str(out), "--episodes", "4"]) == 0
     printed = capsys.readouterr().out

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from rlsys.compiler.builder import current_program
+from rlsys.compiler.rules.base import ShapeError
 from rlsys.compiler.tensor import RecurrentTensor, constant, lift
 
 
@@ -31,6 +32,11 @@ def normal(key: RecurrentTensor, shape: tuple[int, ...] = ()) -> RecurrentTensor
     return key.program.apply("normal", [key], shape=tuple(shape))
 
 
+def gumbel(key: RecurrentTensor, shape: tuple[int, ...] = ()) -> RecurrentTensor:
+    """Standard Gumbel noise: argmax(logits + gumbel(key, logits.shape)) samples a category."""
+    return key.program.apply("gumbel", [key], shape=tuple(shape))
+
+
 def permutation(key: RecurrentTensor, n: int) -> RecurrentTensor:
     """A random permutation of 0..n-1 (int32[n])."""
     return key.program.apply("permutation", [key], shape=(int(n),))
@@ -44,7 +50,12 @@ class Categorical:
         self.program = logits.program
 
     def sample(self, key: RecurrentTensor) -> RecurrentTensor:
-        return self.program.apply("categorical_sample", [key, self.logits])
+        """The Gumbel-max draw JAX's `jax.random.categorical` makes (the same numbers), written
+        as noise from the key alone plus an argmax: in an acting loop the compiler draws the
+        noise of every step at once, outside the loop, and leaves only the argmax inside."""
+        if not self.logits.shape:
+            raise ShapeError("Categorical.sample: logits need a last axis of categories")
+        return (self.logits + gumbel(key, tuple(self.logits.shape))).argmax()
 
     def log_prob(self, action: Any) -> RecurrentTensor:
         return self.program.apply("categorical_log_prob", [self.logits, lift(self.program, action)])
@@ -66,7 +77,9 @@ class DiagGaussian:
         self.log_std = lift(self.program, log_std)
 
     def sample(self, key: RecurrentTensor) -> RecurrentTensor:
-        return self.program.apply("gaussian_sample", [key, self.mean, self.log_std])
+        """mean + std * noise, with the noise from the key alone (drawn outside an acting loop,
+        as for `Categorical.sample`)."""
+        return self.mean + self.log_std.exp() * normal(key, tuple(self.mean.shape))
 
     def log_prob(self, value: Any) -> RecurrentTensor:
         operands = [self.mean, self.log_std, lift(self.program, value)]

@@ -102,12 +102,47 @@ def _step_point(key, state, action, *, env_id: str, layout):
     return jnp.concatenate([jnp.atleast_1d(_flat(p)) for p in parts])
 
 
+# gymnax's `Environment.step` is step_env, then reset_env from the second half of the key,
+# then a select of the reset where the episode ended. The reset depends on the key alone, so
+# for environments that keep that `step`, rlsys makes it an op of its own: the compiler then
+# draws the resets of every step of an acting loop at once, outside the loop, and the loop
+# keeps step_env and the select (on the packed vector: one select, not one per state leaf).
+
+
+def _keeps_gymnax_step(env) -> bool:
+    from gymnax.environments.environment import Environment  # imported with the env
+
+    return type(env).step is Environment.step
+
+
+def _reset_after_point(key, *, env_id: str, layout):
+    """The reset that follows an episode ending at this step (gymnax's auto-reset)."""
+    env, params, _ = _environment(env_id)
+    _, key_reset = jax.random.split(typed_key(key))
+    obs, state = env.reset_env(key_reset, params)
+    return jnp.concatenate([_flat(obs), _flat(state)])
+
+
+def _step_before_reset_point(key, state, action, reset, *, env_id: str, layout):
+    """gymnax's `step`, given the reset `_reset_after_point` drew from the same key."""
+    env, params, unravel = _environment(env_id)
+    key_step, _ = jax.random.split(typed_key(key))
+    obs, state, reward, terminated, _ = env.step_env(key_step, unravel(state), action, params)
+    truncated = env.is_truncated(state, params)
+    stepped = jnp.concatenate([_flat(obs), _flat(state)])
+    after = jnp.where(jnp.logical_or(terminated, truncated), reset, stepped)
+    parts = [after, reward, terminated, truncated, obs]
+    return jnp.concatenate([jnp.atleast_1d(_flat(p)) for p in parts])
+
+
 def _packed(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     return TensorType((sum(n for _, n in params["layout"]),), "float32")
 
 
 register("gymnax_reset", _packed, _reset_point)
 register("gymnax_step", _packed, _step_point)
+register("gymnax_reset_after", _packed, _reset_after_point)
+register("gymnax_step_before_reset", _packed, _step_before_reset_point)
 
 
 class _Packed:
@@ -163,6 +198,7 @@ class GymnaxEnv:
     def __init__(self, env_id: str) -> None:
         env, params, _ = _environment(env_id)
         self.env_id = env_id
+        self._split_reset = _keeps_gymnax_step(env)  # see _reset_after_point
         self.max_episode_steps = int(getattr(params, "max_steps_in_episode", 1000))
         obs, state = env.reset(jax.random.PRNGKey(0), params)
         self.obs_shape = tuple(jnp.shape(obs))
@@ -193,6 +229,12 @@ class GymnaxEnv:
     def step(self, key: RecurrentTensor, state: RecurrentTensor, action: Any) -> _Packed:
         program = key.program
         action = lift(program, action)
-        packed = program.apply("gymnax_step", [key, state, action], env_id=self.env_id,
-                               layout=self._step_layout)  # fmt: skip
+        if not self._split_reset:
+            packed = program.apply("gymnax_step", [key, state, action], env_id=self.env_id,
+                                   layout=self._step_layout)  # fmt: skip
+            return _Packed(packed, self._step_layout, self.obs_shape)
+        reset = program.apply("gymnax_reset_after", [key], env_id=self.env_id,
+                              layout=self._reset_layout)  # fmt: skip
+        packed = program.apply("gymnax_step_before_reset", [key, state, action, reset],
+                               env_id=self.env_id, layout=self._step_layout)  # fmt: skip
         return _Packed(packed, self._step_layout, self.obs_shape)

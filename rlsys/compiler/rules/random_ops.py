@@ -43,14 +43,6 @@ def _sample_infer(dtype: str):
     return infer
 
 
-def _categorical_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
-    key, logits = types
-    _check_key("categorical_sample", key)
-    if not logits.shape:
-        raise ShapeError("categorical_sample: logits need a last axis of categories")
-    return TensorType(logits.shape[:-1], "int32")
-
-
 def _categorical_log_prob_infer(types, params) -> TensorType:
     logits, action = types
     if logits.shape[:-1] != action.shape or not jnp.issubdtype(action.dtype, jnp.integer):
@@ -61,14 +53,6 @@ def _categorical_log_prob_infer(types, params) -> TensorType:
 
 def _last_axis_reduced(types, params) -> TensorType:
     return TensorType(types[0].shape[:-1], promote([types[0].dtype, "float32"]))
-
-
-def _gaussian_sample_infer(types, params) -> TensorType:
-    key, mean, log_std = types
-    _check_key("gaussian_sample", key)
-    if mean.shape != log_std.shape:
-        raise ShapeError(f"gaussian_sample: mean {mean.shape} and log_std {log_std.shape} differ")
-    return mean
 
 
 def _categorical_log_prob(logits, action):
@@ -116,20 +100,10 @@ register("uniform", _sample_infer("float32"),
 register(
     "normal", _sample_infer("float32"), lambda key, shape: jax.random.normal(typed_key(key), shape)
 )
-register(
-    "categorical_sample",
-    _categorical_infer,
-    lambda key, logits: jax.random.categorical(typed_key(key), logits).astype("int32"),
-)
+register("gumbel", _sample_infer("float32"),
+         lambda key, shape: jax.random.gumbel(typed_key(key), shape))  # fmt: skip
 register("categorical_log_prob", _categorical_log_prob_infer, _categorical_log_prob)
 register("categorical_entropy", _last_axis_reduced, _categorical_entropy)
-register(
-    "gaussian_sample",
-    _gaussian_sample_infer,
-    lambda key, mean, log_std: (
-        mean + jnp.exp(log_std) * jax.random.normal(typed_key(key), mean.shape)
-    ),
-)
 register("gaussian_log_prob", lambda types, params: _last_axis_reduced(types[:1], params),
          _gaussian_log_prob)  # fmt: skip
 register("gaussian_entropy", _last_axis_reduced, _gaussian_entropy)
