@@ -7,8 +7,10 @@
 An environment state (a pytree) is carried as one float32 vector (`ravel_pytree`; its integer
 leaves are small counters, exact in float32). gymnax resets finished episodes inside `step`:
 `obs` is then the first observation of the next episode and `final_obs` the last one of the
-finished episode (for bootstrapping a truncated episode). One op computes a whole transition
-and returns its parts packed in one vector; the properties below slice them out.
+finished episode (for bootstrapping a truncated episode). An op computes a whole transition
+and returns its parts packed in one vector; the properties below slice them out. Where the
+environment keeps gymnax's own `step`, the reset that follows an episode end is an op of its
+own (`_reset_after_point`), so that an acting loop draws it for all steps before it runs.
 """
 
 from __future__ import annotations
@@ -127,9 +129,10 @@ def _step_before_reset_point(key, state, action, reset, *, env_id: str, layout):
     """gymnax's `step`, given the reset `_reset_after_point` drew from the same key."""
     env, params, unravel = _environment(env_id)
     key_step, _ = jax.random.split(typed_key(key))
-    obs, state, reward, terminated, _ = env.step_env(key_step, unravel(state), action, params)
-    truncated = env.is_truncated(state, params)
-    stepped = jnp.concatenate([_flat(obs), _flat(state)])
+    obs, after_step, reward, terminated, _ = env.step_env(key_step, unravel(state), action,
+                                                          params)  # fmt: skip
+    truncated = env.is_truncated(after_step, params)
+    stepped = jnp.concatenate([_flat(obs), _flat(after_step)])
     after = jnp.where(jnp.logical_or(terminated, truncated), reset, stepped)
     parts = [after, reward, terminated, truncated, obs]
     return jnp.concatenate([jnp.atleast_1d(_flat(p)) for p in parts])
