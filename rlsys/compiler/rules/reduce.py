@@ -84,59 +84,50 @@ def _matmul_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> Ten
     return TensorType(shape, promote([a.dtype, b.dtype]))
 
 
-_NARROW_OUTPUT = 4  # outputs up to this wide get the weight gradient as a multiply-reduce
-# (measured on PPO's 64x2 head: 16 µs against a 26-45 µs dot; wider outputs favour the dot)
+def _with_weight_gradient(weight_gradient):
+    """a @ b (a's rows through matrix b) whose gradient in b is `weight_gradient(a, g)`
+    instead of the dot aᵀ·g that JAX's own rule gives: that dot contracts the rows of both
+    operands, which XLA:CPU runs in its Eigen kernel at about half the speed of the forward
+    product (YNNPACK takes a product only when its left operand is contracted along its
+    last axis; `benchmarks/xla_breakdown.py ppo`)."""
+
+    @jax.custom_vjp
+    def matmul(a, b):
+        return a @ b
+
+    def forward(a, b):
+        return a @ b, (a, b)
+
+    def backward(saved, g):
+        a, b = saved
+        return (g @ b.T).astype(a.dtype), weight_gradient(a, g).astype(b.dtype)
+
+    matmul.defvjp(forward, backward)
+    return matmul
 
 
-@jax.custom_vjp
-def _narrow_matmul(a, b):
-    return a @ b
+def _outer_products_summed(a, g):
+    """Sum over a's rows of their outer products with g's, a multiply-reduce XLA fuses into
+    one loop (over batch dims too): a policy's 64x2 output layer on 256 rows, 16 µs
+    against a 26-45 µs dot."""
+    rows = a[..., :, None] * g[..., None, :]
+    return rows.reshape(-1, a.shape[-1], g.shape[-1]).sum(axis=0)
 
 
-def _narrow_matmul_fwd(a, b):
-    return a @ b, (a, b)
+def _transposed_rows_times(a, g):
+    """aᵀ·g with aᵀ copied out first, behind an optimization barrier (XLA would fold a plain
+    transpose back into the product), so that YNNPACK takes the product. For a few hundred
+    rows the copy costs less than the slow kernel (PPO's 64x64 layers on minibatches of
+    256: 13.5-28 µs against 30-38); for thousands it does not."""
+    transposed = jax.lax.optimization_barrier(a.reshape(-1, a.shape[-1]).T)
+    return transposed @ g.reshape(-1, g.shape[-1])
 
 
-def _narrow_matmul_bwd(saved, g):
-    """b's gradient is the sum over a's rows of their outer products with g's, written as a
-    multiply-reduce that XLA fuses into one loop (vectorized over batch dims, the sum takes
-    them in too). The product form aᵀ·g is a dot XLA:CPU runs in its slow Eigen kernel: for
-    a policy's 64x2 output layer on 256 rows, about 26 µs (xla_breakdown.py ppo)."""
-    a, b = saved
-    rows = (a[..., :, None] * g[..., None, :]).reshape(-1, *b.shape)
-    return (g @ b.T).astype(a.dtype), rows.sum(axis=0).astype(b.dtype)
-
-
-_narrow_matmul.defvjp(_narrow_matmul_fwd, _narrow_matmul_bwd)
-
-
-_FEW_ROWS = 512  # up to this many rows, the weight gradient takes a transposed copy of them
-# (64x64 layer: 39 µs against 60 at 512 rows, 20 against 27 at 256; 88-98 against 83-89 at 1024)
-
-
-@jax.custom_vjp
-def _few_rows_matmul(a, b):
-    return a @ b
-
-
-def _few_rows_matmul_fwd(a, b):
-    return a @ b, (a, b)
-
-
-def _few_rows_matmul_bwd(saved, g):
-    """b's gradient aᵀ·g with aᵀ copied out first. As emitted, aᵀ·g contracts the rows of
-    both operands, which XLA:CPU runs in its own Eigen kernel; YNNPACK takes a product only
-    when its left operand is contracted along its last axis, and XLA folds a plain transpose
-    back into the product, so the copy is kept behind an optimization barrier. For a few
-    hundred rows the copy costs less than the slow kernel (PPO's 64x64 layers on minibatches
-    of 256: 13.5-28 µs against 30-38 in xla_breakdown.py ppo); for thousands it does not."""
-    a, b = saved
-    rows = a.reshape(-1, a.shape[-1])
-    transposed = jax.lax.optimization_barrier(rows.T)
-    return (g @ b.T).astype(a.dtype), (transposed @ g.reshape(-1, g.shape[-1])).astype(b.dtype)
-
-
-_few_rows_matmul.defvjp(_few_rows_matmul_fwd, _few_rows_matmul_bwd)
+_NARROW_OUTPUT = 4  # outputs up to this wide: the multiply-reduce (wider favour the dot)
+_FEW_ROWS = 512  # rows up to this many: the transposed copy (64x64 layer: 39 µs against 60
+# at 512 rows, 20 against 27 at 256; 88-98 against 83-89 at 1024)
+_narrow_matmul = _with_weight_gradient(_outer_products_summed)
+_few_rows_matmul = _with_weight_gradient(_transposed_rows_times)
 
 
 def _matmul(a, b):
