@@ -20,9 +20,9 @@ variable RLSYS_CPU_ASYNC_DISPATCH=1 to keep JAX's asynchronous dispatch.
 
 from __future__ import annotations
 
-import os
-
 import jax
+
+from rlsys.compiler.opt_out import opted_out
 
 ENV_VAR = "RLSYS_CPU_ASYNC_DISPATCH"
 
@@ -38,6 +38,5 @@ def _backend_started() -> bool:
 def run_cpu_programs_inline() -> None:
     """Make XLA:CPU run programs synchronously in the caller, unless the user opted out or
     the backend already exists (then the setting would not take effect)."""
-    opted_out = os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on")
-    if not opted_out and not _backend_started():
+    if not opted_out(ENV_VAR) and not _backend_started():
         jax.config.update("jax_cpu_enable_async_dispatch", False)

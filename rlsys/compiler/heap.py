@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from collections.abc import Callable
+
+from rlsys.compiler.opt_out import opted_out
 
 ENV_VAR = "RLSYS_MALLOC_DEFAULTS"
 # glibc's mallopt parameters (malloc.h)
@@ -67,7 +68,7 @@ def release_freed_heap() -> bool:
 def keep_freed_buffers() -> bool:
     """From now on, memory freed in this process stays mapped for reuse (see the module
     docstring); False where that is not possible or the user opted out. Once per process."""
-    if os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+    if opted_out(ENV_VAR):
         return False
     mallopt = _libc_function("mallopt")
     if mallopt is None:
