@@ -35,6 +35,7 @@ from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
+from rlsys.compiler.lower.memory_schedule import compile_frugally
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
@@ -136,7 +137,7 @@ class JaxExecutable:
             self._compiled = partial(self._run_staged, staged)
         else:
             whole = jax.jit(self._whole)
-            self._compiled = _traced(lambda: whole.lower(abstract).compile())
+            self._compiled = _traced(lambda: compile_frugally(whole.lower(abstract)))
 
     # -- one jitted function ----------------------------------------------------------------
     def _whole(self, inputs):
@@ -206,7 +207,7 @@ class JaxExecutable:
         for size in {min(self.iterations_per_call, extent), extent % self.iterations_per_call}:
             if size:
                 traced = jax.jit(partial(self._iterations, size=size))
-                self._calls[size] = traced.lower(*shapes).compile()
+                self._calls[size] = compile_frugally(traced.lower(*shapes))
         _, kept_shapes = jax.eval_shape(partial(self._iterations, size=1), *shapes)
         stacked = {m: jax.ShapeDtypeStruct((extent, *s.shape[1:]), s.dtype)
                    for m, s in kept_shapes.items()}  # fmt: skip
