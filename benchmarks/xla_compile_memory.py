@@ -19,7 +19,6 @@ one program. The sweep's A2C iteration has about a hundred.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import re
 import resource
@@ -41,8 +40,10 @@ def measure(fusions: int, parts: int) -> tuple[int, float]:
     import psutil
 
     jax.jit(lambda x: jnp.tanh(x) + 1).lower(jnp.ones(3)).compile()  # the backend, warm
+    # After the backend is up: importing rlsys.compiler would otherwise change how JAX
+    # dispatches (cpu_dispatch.py), and this measures JAX as it comes.
+    from rlsys.compiler.heap import release_freed_heap
     start = psutil.Process().memory_info().rss / 2**20
-    trim = ctypes.CDLL(None).malloc_trim
 
     def chain(offset: int):
         def program(x, w):
@@ -58,7 +59,7 @@ def measure(fusions: int, parts: int) -> tuple[int, float]:
         compiled = jax.jit(chain(part * fusions)).lower(*shapes).compile()
         seen += len(re.findall(r"kind=kLoop", compiled.as_text()))
         del compiled
-        trim(0)
+        release_freed_heap()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return seen, peak - start
 

@@ -34,7 +34,8 @@ def compile_frugally(lowered) -> jax.stages.Compiled:
     """`lowered.compile()`, or on CPU, for a program with large temporaries, its compilation
     with the memory scheduler when that needs fewer."""
     compiled = lowered.compile()
-    if jax.default_backend() != "cpu" or _temporaries(compiled) <= LARGE_TEMPORARIES:
+    needed = _temporaries(compiled)
+    if jax.default_backend() != "cpu" or needed <= LARGE_TEMPORARIES:
         return compiled
     frugal = lowered.compile(compiler_options=MEMORY_SCHEDULER)
-    return frugal if _temporaries(frugal) < _temporaries(compiled) else compiled
+    return frugal if _temporaries(frugal) < needed else compiled
