@@ -43,6 +43,7 @@ def measure(fusions: int, parts: int) -> tuple[int, float]:
     # After the backend is up: importing rlsys.compiler would otherwise change how JAX
     # dispatches (cpu_dispatch.py), and this measures JAX as it comes.
     from rlsys.compiler.heap import release_freed_heap
+
     start = psutil.Process().memory_info().rss / 2**20
 
     def chain(offset: int):
