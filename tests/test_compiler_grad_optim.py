@@ -190,7 +190,8 @@ def test_host_loop_reports_each_iteration_and_can_stop_early(per_call: int) -> N
 
 def test_points_over_several_dims_are_computed_flat_with_the_nested_result(monkeypatch) -> None:
     """A node whose inputs all vary along its vector dims (b, t) runs as one vmap over
-    b * t (`_vectorized_flat`); nested vmaps, one per dim, give the same values and grads."""
+    b * t, a matmul as one call on all b * t rows (`_vectorized_flat`); nested vmaps, one
+    per dim, give the same values and grads."""
     import rlsys.compiler.lower.jax as lowering
     from rlsys.algos.a2c import build_a2c
     from rlsys.algos.config import A2CConfig
@@ -204,7 +205,9 @@ def test_points_over_several_dims_are_computed_flat_with_the_nested_result(monke
     built = build_a2c(config)
     merged = built.program.compile(bounds=built.bounds).run()
     assert flat_calls, "no node was computed flat"
-    monkeypatch.setattr(lowering, "_vectorized_flat", lowering._vectorized_nested)
+    monkeypatch.setattr(lowering, "_vectorized_flat",
+                        lambda ctx, fn, reads, dims, rows: lowering._vectorized_nested(
+                            ctx, fn, reads, dims))  # fmt: skip
     built = build_a2c(config)
     nested = built.program.compile(bounds=built.bounds).run()
     assert merged.keys() == nested.keys()
@@ -212,14 +215,36 @@ def test_points_over_several_dims_are_computed_flat_with_the_nested_result(monke
         np.testing.assert_allclose(value, nested[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize(("outputs", "rows"), [(2, 256), (4, 256), (5, 256), (64, 512),
-                                              (64, 513), (2, 1024)])  # fmt: skip
+def test_a_one_output_layer_over_many_vectorized_points_is_one_call_on_all_rows() -> None:
+    # A matmul whose rows are the points of a vector dim (b here) is called once on all of
+    # them (`OpRule.rows`), so its weight gradient is summed over chunks of rows as for a
+    # spatial batch, not left to the slow dot.
+    prog = rt.Program(dims=("b",))
+    (b,) = prog.dims
+    with prog:
+        w = rt.input("w", shape=(64, 1), domain=())
+        x = rt.input("x", shape=(64,), domain=(b,))
+        prog.output("g", rt.grad((x @ w).tanh()[0 : prog.bounds[0]].sum(), w))
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=(64, 1)).astype("float32")
+    xs = rng.normal(size=(6000, 64)).astype("float32")
+    expected = jax.grad(lambda w, x: jnp.tanh(x @ w).sum())(weights, xs)
+    exe = prog.compile(bounds={prog.bounds[0]: 6000})
+    np.testing.assert_allclose(exe.run({"w": weights, "x": xs})["g"], expected, rtol=1e-4,
+                               atol=1e-3)  # fmt: skip
+    hlo = "\n".join(exe.optimized_hlo().values())
+    assert not re.findall(r" dot\(.*lhs_contracting_dims=\{0\}", hlo)
+
+
+@pytest.mark.parametrize(("outputs", "rows"), [(2, 256), (4, 256), (5, 256), (64, 512), (64, 513),
+                                              (2, 1024), (1, 4096), (1, 6000)])  # fmt: skip
 def test_a_layer_on_a_few_rows_or_outputs_has_the_plain_gradient_without_a_slow_dot(
     outputs: int, rows: int
 ) -> None:
-    # Up to 4 outputs the weight's gradient is a multiply-reduce, and on up to 512 rows it
-    # takes a transposed copy of them (`rules/reduce.py`), because XLA:CPU runs the dot form
-    # Xᵀ·dY slowly; the values must not change.
+    # Up to 4 outputs the weight's gradient is a multiply-reduce, on up to 512 rows it takes
+    # a transposed copy of them, and for one output on thousands of rows it is summed over
+    # chunks of rows (`rules/reduce.py`), because XLA:CPU runs the dot form Xᵀ·dY slowly;
+    # the values must not change.
     prog = rt.Program(dims=("i",))
     (i,) = prog.dims
     with prog:

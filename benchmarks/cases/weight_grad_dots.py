@@ -13,10 +13,14 @@ sweep's batch), 64 inputs, 64 outputs, with float32 data:
 * `xla-wgrad-N`: Xᵀ·dY as `jax.grad` emits it (lhs contracting dimension 0);
 * `xla-wgrad-pretransposed-N`: the same product with Xᵀ already laid out as (64, N), so
   that YNNPACK takes it; producing that layout is extra work this does not count;
-* `torch-forward-N`, `torch-wgrad-N`: the same two products in PyTorch with 1 thread.
+* `torch-forward-N`, `torch-wgrad-N`: the same two products in PyTorch with 1 thread;
+* `xla-wgrad1-64000`, `xla-chunked1-64000`, `torch-wgrad1-64000`: a value head's weight
+  gradient (one output): Xᵀ·dy as `jax.grad` emits it, the sum over chunks of rows that
+  rlsys's matmul rule uses instead (`rlsys/compiler/rules/reduce.py`), and PyTorch's.
 
-The XLA products run inside a `fori_loop` (the loop's scaling of its input, timed alone,
-is subtracted), so that dispatch does not count; the torch ones are called from Python,
+The XLA products run inside a `fori_loop` that scales an input every trip (X, or the
+one-output forms' narrow dy) so that nothing is hoisted, and the loop alone is timed and
+subtracted, so that dispatch does not count; the torch ones are called from Python,
 whose call costs about 2 µs each. Reported: `us_per_product` (median of 7 rounds).
 """
 
@@ -34,6 +38,7 @@ INPUTS = OUTPUTS = 64
 ROUNDS = 7
 FORMS = [("xla", "forward"), ("xla", "wgrad"), ("xla", "pretransposed"),
          ("torch", "forward"), ("torch", "wgrad")]  # fmt: skip
+ONE_OUTPUT_FORMS = [("xla", "wgrad1"), ("xla", "chunked1"), ("torch", "wgrad1")]
 
 
 def _data(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,22 +52,32 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
     import jax
     import jax.numpy as jnp
 
+    from rlsys.compiler.rules.reduce import _chunked_rows_times
+
     products = {
         "forward": lambda a, b: a @ b[:INPUTS].T,  # (N, 64)·(64, 64)
         "wgrad": lambda a, b: a.T @ b,
         "pretransposed": lambda a, b: a @ b,  # a is Xᵀ, (64, N)
-        "none": lambda a, b: a[:INPUTS, :OUTPUTS] + b[:INPUTS, :OUTPUTS],
+        "wgrad1": lambda a, b: a.T @ b,  # b is dy's first column
+        "chunked1": _chunked_rows_times,
+        "none": lambda a, b: a[:INPUTS, : b.shape[1]] + b[:INPUTS],
     }
     a = np.ascontiguousarray(x.T) if form == "pretransposed" else x
-    if form in ("wgrad", "pretransposed"):  # both forms compute the same weight gradient
+    one_output = form.endswith("1")
+    if one_output:
+        dy = np.ascontiguousarray(dy[:, :1])
+    if form != "forward":  # the forms of one gradient compute the same values
         got = np.asarray(jax.jit(products[form])(a, dy))
-        np.testing.assert_allclose(got, x.T.astype(np.float64) @ dy, rtol=1e-4)
+        expected = x.T.astype(np.float64) @ dy
+        np.testing.assert_allclose(got, expected, rtol=1e-4)
 
     def timed(product):
         def loop(a, b):
-            def body(i, total):  # a changes every trip: nothing can be hoisted
-                scaled = a * (1.0 + i.astype(jnp.float32) * 1e-6)
-                return total + jnp.sum(product(scaled, b))
+            def body(i, total):  # an input changes every trip: nothing can be hoisted
+                scale = 1.0 + i.astype(jnp.float32) * 1e-6
+                if one_output:  # scaling the narrow dy costs next to nothing
+                    return total + jnp.sum(product(a, b * scale))
+                return total + jnp.sum(product(a * scale, b))
 
             return jax.lax.fori_loop(0, reps, body, jnp.float32(0.0))
 
@@ -85,6 +100,7 @@ def _torch_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[
     torch.set_num_threads(1)
     a, b = torch.from_numpy(x), torch.from_numpy(dy)
     w = b[:INPUTS].T.contiguous()
+    b = b[:, :1].contiguous() if form == "wgrad1" else b
     product = (lambda: a @ w) if form == "forward" else (lambda: a.T @ b)
     product()
     times = []
@@ -101,7 +117,7 @@ def run(*, quick: bool, seed: int, impl: str, form: str, rows: int) -> None:
     reps = (20 if quick else 200) if rows < 10_000 else (2 if quick else 10)
     measure = _xla_seconds if impl == "xla" else _torch_seconds
     seconds = statistics.median(measure(form, x, dy, reps))
-    flops = 2 * rows * INPUTS * OUTPUTS
+    flops = 2 * rows * INPUTS * (1 if form.endswith("1") else OUTPUTS)
     report(env_steps=flops, seconds=seconds, us_per_product=seconds * 1e6)
 
 
@@ -110,7 +126,8 @@ def _has_torch() -> bool:
 
 
 def _system(impl: str, form: str, rows: int) -> System:
-    labels = {"forward": "X·W", "wgrad": "Xᵀ·dY", "pretransposed": "Xᵀ·dY with Xᵀ laid out"}
+    labels = {"forward": "X·W", "wgrad": "Xᵀ·dY", "pretransposed": "Xᵀ·dY with Xᵀ laid out",
+              "wgrad1": "Xᵀ·dy, one output", "chunked1": "Xᵀ·dy, one output, chunked"}  # fmt: skip
     return System(f"{impl}-{form}-{rows}", run=run,
                   params={"impl": impl, "form": form, "rows": rows},
                   description=f"{labels[form]}, {rows} rows, {impl}",
@@ -121,12 +138,14 @@ CASE = Case(
     name="weight_grad_dots",
     description=(
         "One dense layer's forward product X·W and weight gradient Xᵀ·dY (64 inputs, 64 "
-        "outputs) at 256 and 64,000 rows: XLA:CPU (jitted, in a loop) vs PyTorch with 1 "
-        "thread. Compare rows of the same size; the FLOP/s column is the product's rate."
+        "outputs) at 256 and 64,000 rows, and a one-output layer's Xᵀ·dy at 64,000: XLA:CPU "
+        "(jitted, in a loop) vs PyTorch with 1 thread. Compare rows and outputs of the same "
+        "size; the FLOP/s column is the product's rate."
     ),
     baseline="torch-wgrad-64000",
     unit="FLOP",
-    systems=[_system(impl, form, rows) for rows in (256, 64_000) for impl, form in FORMS],
+    systems=[_system(impl, form, rows) for rows in (256, 64_000) for impl, form in FORMS]
+    + [_system(impl, form, 64_000) for impl, form in ONE_OUTPUT_FORMS],
 )
 
 if __name__ == "__main__":

@@ -33,16 +33,20 @@ class OpRule:
     # A host op runs Python on the host, once for the whole batch of its vector dims (a
     # gymnasium vector env steps all its envs in one call): host(*batched_inputs, **params).
     host: Callable[..., Any] | None = None
+    # The point function also takes its first input with leading row axes when the others
+    # have none (a matmul of rows through one matrix): the vectorizer may then call it once
+    # on all rows instead of vmapping it, so that it sees how many rows there are.
+    rows: bool = False
 
 
 RULES: dict[str, OpRule] = {}
 
 
 def register(name: str, infer: Infer, point: Callable[..., Any] | None,
-             host: Callable[..., Any] | None = None) -> None:  # fmt: skip
+             host: Callable[..., Any] | None = None, rows: bool = False) -> None:  # fmt: skip
     if name in RULES:
         raise ValueError(f"op {name!r} registered twice")
-    RULES[name] = OpRule(name, infer, point, host)
+    RULES[name] = OpRule(name, infer, point, host, rows)
 
 
 def promote(dtypes: Sequence[str]) -> str:

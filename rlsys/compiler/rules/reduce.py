@@ -123,24 +123,52 @@ def _transposed_rows_times(a, g):
     return transposed @ g.reshape(-1, g.shape[-1])
 
 
+def _row_chunk(rows: int) -> int | None:
+    """The chunk of rows `_chunked_rows_times` sums over: the largest divisor of `rows` up
+    to 2048, if it is at least 128 (else None: no good chunking)."""
+    chunk = next(c for c in range(min(rows, 2048), 0, -1) if rows % c == 0)
+    return chunk if chunk >= 128 and chunk < rows else None
+
+
+def _chunked_rows_times(a, g):
+    """aᵀ·g as a sum over chunks of rows of their own products (a batched product, then a
+    sum): for a one-column g, XLA:CPU otherwise runs one matrix-vector product down all the
+    rows in its Eigen kernel. 64,000 rows of 64: 2.2 ms against 0.39 (`weight_grad_dots` in
+    benchmarks/RESULTS.md); of 256, jitted alone: 29 ms against 1.4."""
+    a, g = a.reshape(-1, a.shape[-1]), g.reshape(-1, g.shape[-1])
+    chunk = _row_chunk(a.shape[0])
+    if chunk is None:
+        return a.T @ g
+    count = a.shape[0] // chunk
+    per_chunk = jnp.einsum("cri,cro->cio", a.reshape(count, chunk, -1),
+                           g.reshape(count, chunk, -1))  # fmt: skip
+    return per_chunk.sum(axis=0)
+
+
 _NARROW_OUTPUT = 4  # outputs up to this wide: the multiply-reduce (wider favour the dot)
 _FEW_ROWS = 512  # rows up to this many: the transposed copy (64x64 layer: 39 µs against 60
 # at 512 rows, 20 against 27 at 256; 88-98 against 83-89 at 1024)
 _narrow_matmul = _with_weight_gradient(_outer_products_summed)
 _few_rows_matmul = _with_weight_gradient(_transposed_rows_times)
+_one_output_matmul = _with_weight_gradient(_chunked_rows_times)
+_MANY_ROWS = 4096  # rows from this many: the chunked sum for one output
 
 
 def _matmul(a, b):
     """Rows through a matrix get a gradient suited to XLA:CPU where the default is slow:
     2 to 4 outputs (a policy head over a few actions, a Q-head) the multiply-reduce above;
-    more than 4, when a holds at most _FEW_ROWS rows itself (a minibatch, not one row
-    vmapped), the transposed copy above. Everything else is jnp.matmul. One output is left
-    out: XLA already turns that product's gradient into a reduce of its own, and the
-    multiply-reduce made it a YNNPACK reduce of about 165 µs in PPO's update."""
+    one output (a value head) on _MANY_ROWS rows or more, the chunked sum above; more than
+    4, when a holds at most _FEW_ROWS rows, the transposed copy above. Rows are a's leading
+    axes: a minibatch it holds, or the points of vector dims (`OpRule.rows`). Everything
+    else is jnp.matmul: for one output on fewer rows XLA turns the gradient into a reduce of
+    its own (the multiply-reduce made it a YNNPACK reduce of about 165 µs in PPO's update)."""
+    rows = math.prod(a.shape[:-1])
     if b.ndim == 2 and 2 <= b.shape[1] <= _NARROW_OUTPUT:
         return _narrow_matmul(a, b)
+    if b.ndim == 2 and b.shape[1] == 1 and rows >= _MANY_ROWS and _row_chunk(rows):
+        return _one_output_matmul(a, b)
     wide = b.ndim == 2 and b.shape[1] > _NARROW_OUTPUT
-    if wide and a.ndim >= 2 and math.prod(a.shape[:-1]) <= _FEW_ROWS:
+    if wide and a.ndim >= 2 and rows <= _FEW_ROWS:
         return _few_rows_matmul(a, b)
     return jnp.matmul(a, b)
 
@@ -156,7 +184,7 @@ for _name, _fn in REDUCTIONS.items():
 register("cumsum", _along_axis("cumsum"), lambda x, axis=0: jnp.cumsum(x, axis=axis))
 register("discounted_cum_sum", _along_axis("discounted_cum_sum"), _discounted_cum_sum)
 register("linear_recurrence", _along_axis("linear_recurrence"), _linear_recurrence)
-register("matmul", _matmul_infer, _matmul)
+register("matmul", _matmul_infer, _matmul, rows=True)
 register("argmax", _argmax_infer, lambda x, axis=-1: jnp.argmax(x, axis=axis).astype("int32"))
 register("softmax", _softmax_infer, lambda x, axis=-1: jax.nn.softmax(x, axis=axis))
 register("log_softmax", _softmax_infer, lambda x, axis=-1: jax.nn.log_softmax(x, axis=axis))
