@@ -25,7 +25,7 @@ from rlsys.compiler import sampling as random
 from rlsys.compiler.autodiff import grad
 from rlsys.compiler.builder import Program, assigned_name, current_program, user_source_line
 from rlsys.compiler.errors import IndexExprError, RecurrenceError
-from rlsys.compiler.index import Dim
+from rlsys.compiler.index import Dim, as_expr
 from rlsys.compiler.index import index_max as max
 from rlsys.compiler.index import index_min as min
 from rlsys.compiler.rules import ShapeError, TensorType
@@ -34,8 +34,8 @@ from rlsys.compiler.tensor import RecurrentTensor, constant, lift
 
 __all__ = [
     "Categorical", "DiagGaussian", "Dim", "IndexExprError", "Program", "RecurrenceError",
-    "RecurrentTensor", "ShapeError", "concat", "const", "grad", "input", "max", "maximum",
-    "min", "minimum", "nn", "optim", "placeholder", "random", "where",
+    "RecurrentTensor", "ShapeError", "concat", "const", "grad", "input", "lazy_where", "max",
+    "maximum", "min", "minimum", "nn", "optim", "placeholder", "random", "where",
 ]  # fmt: skip
 
 
@@ -79,6 +79,17 @@ def const(value: Any, dtype: str | None = None) -> RecurrentTensor:
 def where(cond: Any, a: Any, b: Any) -> RecurrentTensor:
     program = current_program()
     return program.apply("where", [lift(program, x) for x in (cond, a, b)])
+
+
+def lazy_where(mask: Any, value: Any, otherwise: Any, rows: Any = None) -> RecurrentTensor:
+    """where(mask, value, otherwise), where the ops that only `value` needs run only at the
+    points where the mask holds, `rows` points at a time (an int or an expression of the
+    bounds, such as 2 * B; default: all the points computed together). For a value that
+    is costly and needed at few points: the critic on the final observation of an episode
+    that was truncated (`rlsys/compiler/lazy.py`)."""
+    program = current_program()
+    operands = [lift(program, x) for x in (mask, value, otherwise)]
+    return program.apply("lazy_where", operands, rows=None if rows is None else as_expr(rows))
 
 
 def maximum(a: Any, b: Any) -> RecurrentTensor:

@@ -55,6 +55,7 @@ EXAMPLES = {
     "logical_and": lambda: (_x() > 0.0) & (_x() < 1.0),
     "logical_or": lambda: (_x() > 0.5) | (_x() < -0.5),
     "where": lambda: rt.where(_x() > 0.0, _x(), 0.0),
+    "lazy_where": lambda: rt.lazy_where(_x() > 0.0, _x().exp(), 0.0, rows=1),
     "cast": lambda: _x().astype("int32"),
     "sum": lambda: _x().sum(),
     "mean": lambda: _x().mean(),

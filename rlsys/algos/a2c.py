@@ -9,13 +9,13 @@ learn:  loss = -log_prob * adv + vf_coef * 0.5 (value - returns)^2 - ent_coef * 
 
 from __future__ import annotations
 
-from rlsys.algos.common import AlgoProgram, gae, on_policy_program
+from rlsys.algos.common import AlgoProgram, gae, next_values, on_policy_program
 from rlsys.algos.config import A2CConfig
 
 
 def build_a2c(cfg: A2CConfig) -> AlgoProgram:
     def per_step_loss(prog, model, params_i, rollout, value):
-        next_value = model.value(params_i, rollout.step.final_obs)
+        next_value = next_values(prog, model, params_i, rollout.step, value)
         advantage = gae(prog, rollout, value, next_value, cfg.gamma, cfg.gae_lambda)
         advantage = advantage.stop_gradient()
         returns = advantage + value.stop_gradient()

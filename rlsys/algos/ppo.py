@@ -36,6 +36,7 @@ from rlsys.algos.common import (
     annealed,
     gae,
     make_env,
+    next_values,
     output_episode_stats,
 )
 from rlsys.algos.config import PPOConfig
@@ -71,7 +72,7 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
         if cfg.normalize_reward:
             reward = scaled_rewards(prog, step, cfg.gamma, cfg.reward_clip, batch)
         value = model.value(params[i], obs)
-        next_value = model.value(params[i], step.final_obs)
+        next_value = next_values(prog, model, params[i], step, value)
         advantage = gae(prog, rollout, value, next_value, cfg.gamma, cfg.gae_lambda, reward)
         log_prob = rollout.policy.log_prob(action)
 

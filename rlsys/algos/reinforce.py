@@ -14,7 +14,7 @@ Switching the returns is the one argument `returns="mc" | "nstep"`.
 from __future__ import annotations
 
 import rlsys.rt as rt
-from rlsys.algos.common import AlgoProgram, on_policy_program
+from rlsys.algos.common import AlgoProgram, next_values, on_policy_program
 from rlsys.algos.config import REINFORCEConfig
 
 
@@ -47,7 +47,8 @@ def build_reinforce(cfg: REINFORCEConfig) -> AlgoProgram:
         if cfg.returns == "mc":
             returns = _monte_carlo(prog, rollout.step, cfg.gamma)
         else:
-            next_value = model.value(params_i, rollout.step.final_obs).stop_gradient()
+            next_value = next_values(prog, model, params_i, rollout.step,
+                                     value.stop_gradient())  # fmt: skip
             returns = _n_step(prog, rollout.step, value.stop_gradient(), next_value, cfg.gamma,
                               cfg.n_step)  # fmt: skip
         returns = returns.stop_gradient()

@@ -2,7 +2,8 @@
 
 `explain_rows` gives, for every op the outputs need, its domain, the decision for each
 dimension of its domain ("vectorize", "scan", "reverse scan" for recurrences that read later
-points, or "host loop" for a loop that contains a host op), its stage (see `stages.py`) and
+points, "host loop" for a loop that contains a host op, or "lazy" for a dim that a
+lazy_where computes only where its mask holds, `lazy.py`), its stage (see `stages.py`) and
 the user's line. `to_dot` writes the dependence graph for
 Graphviz, each edge labelled with the index it reads.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Graph, is_identity
+from rlsys.compiler.lazy import lazy_branches
 from rlsys.compiler.schedule import Loop, Schedule
 from rlsys.compiler.stages import host_loop_dims, stage_names
 
@@ -52,6 +54,7 @@ def explain_rows(graph: Graph, schedule: Schedule) -> list[ExplainRow]:
     reverse = _reverse_loops(schedule)
     on_host = host_loop_dims(graph, schedule)
     stages = stage_names(graph, schedule)
+    lazy = frozenset().union(*lazy_branches(graph, schedule.loops_of).values())
     rows = []
     for node_id in sorted(schedule.loops_of):
         node = graph[node_id]
@@ -62,6 +65,8 @@ def explain_rows(graph: Graph, schedule: Schedule) -> list[ExplainRow]:
                 how = "host loop"
             elif how == "scan" and dim in reverse.get(node_id, set()):
                 how = "reverse scan"
+            elif how == "vectorize" and node_id in lazy:
+                how = "lazy"
             decisions[dim.name] = how
         line = f"line {node.source.line}" if node.source else ""
         rows.append(ExplainRow(node_id, node.label(), node.op, tuple(d.name for d in node.domain),

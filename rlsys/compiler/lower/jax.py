@@ -67,12 +67,17 @@ class Context:
     # loss node -> the gradient of it computed at the same loop level: both come from one
     # vjp, so the forward pass runs once (as with jax.value_and_grad), not twice.
     loss_grads: dict[int, int] = field(default_factory=dict)
+    # lazy_where node -> the nodes it runs itself (`rlsys/compiler/lazy.py`); the steps of
+    # `deferred` nodes are skipped, left to the lazy_where that runs them
+    lazy: dict[int, frozenset[int]] = field(default_factory=dict)
+    deferred: frozenset[int] = frozenset()
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
-                       self.grad_reads, self.consumers, self.loss_grads)  # fmt: skip
+                       self.grad_reads, self.consumers, self.loss_grads, self.lazy,
+                       self.deferred)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -217,6 +222,8 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         return _merge_value(ctx, node, vector_dims)
     if node.op == "grad":
         return ctx.values.get(node.id) or _grad_value(ctx, node)
+    if node.op == "lazy_where":
+        return _lazy_where_value(ctx, node, vector_dims)
     grad = ctx.loss_grads.get(node.id)
     if grad is not None and ctx.graph[grad].inputs[1].node in ctx.values:
         loss, ctx.values[grad] = _loss_and_grad(ctx, ctx.graph[grad])
@@ -347,6 +354,47 @@ def _merge_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     if result is None:
         raise RecurrenceError(f"{node.label()} has no definition (at {node.source})")
     return Value(result, vector_dims)
+
+
+def _lazy_where_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
+    """where(mask, value, otherwise), computing the value's branch only at the points where
+    the mask holds (`rlsys/compiler/lazy.py`): those points are gathered, `rows` at a time,
+    and the branch is run at each as at one point of a loop over every dim, vmapped."""
+    from rlsys.compiler.lower.jax_loop import run_steps  # loops run nodes, nodes run loops
+
+    mask_edge, value_edge, otherwise_edge = node.inputs
+    branch = ctx.lazy[node.id]
+    loop_dims = (*ctx.loop_index, *vector_dims)
+    steps = plan(ctx.graph, branch, loop_dims)
+
+    def at_point(*coordinates):
+        inner = ctx.child()
+        inner.loop_index.update(zip(vector_dims, coordinates, strict=True))
+        inner.deferred = ctx.deferred - branch
+        run_steps(inner, steps)
+        return read_edge(inner, value_edge, ())[0]
+
+    extents = tuple(ctx.extent(d) for d in vector_dims)
+    size = math.prod(extents)
+    mask, present = read_edge(ctx, mask_edge, vector_dims)
+    needed = _broadcast_to_dims(ctx, mask, present, vector_dims).reshape(size, -1).any(axis=1)
+    rows = node.param("rows")
+    rows = size if rows is None else max(1, min(size, int(as_expr(rows).evaluate(ctx.bounds))))
+    order = jnp.nonzero(needed, size=size, fill_value=size)[0]  # needed points first
+    point = jax.eval_shape(at_point, *(jnp.int32(0) for _ in vector_dims))
+
+    def chunk(k, values):
+        flat = jax.lax.dynamic_slice(order, (k * rows,), (rows,))
+        coordinates = jnp.unravel_index(jnp.minimum(flat, size - 1), extents)
+        computed = jax.vmap(at_point, axis_size=rows)(*coordinates)  # no dims: one point
+        return values.at[flat].set(computed, mode="drop")
+
+    trips = (jnp.sum(needed) + rows - 1) // rows
+    values = jnp.zeros((size, *point.shape), point.dtype)
+    values = jax.lax.fori_loop(0, trips, chunk, values).reshape(*extents, *point.shape)
+    reads = [read_edge(ctx, mask_edge, vector_dims), (values, vector_dims),
+             read_edge(ctx, otherwise_edge, vector_dims)]  # fmt: skip
+    return Value(_vectorized(ctx, jnp.where, reads, vector_dims), vector_dims)
 
 
 def _grad_value(ctx: Context, node: Node) -> Value:

@@ -35,7 +35,9 @@ from rlsys.compiler.schedule import (
 def run_steps(ctx: Context, steps) -> None:
     for step in steps:
         if isinstance(step, Compute):
-            ctx.values[step.node] = compute_node(ctx, ctx.graph[step.node], step.vector_dims)
+            if step.node not in ctx.deferred:  # else its lazy_where runs it (lazy.py)
+                ctx.values[step.node] = compute_node(ctx, ctx.graph[step.node],
+                                                     step.vector_dims)  # fmt: skip
         else:
             run_loop(ctx, step)
 

@@ -114,7 +114,7 @@ class Segment:
             {n: Value(a, self.axes[n]) for n, a in values.items()},
             {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
             dict(zip(self.loop_dims, indices, strict=True)),
-            t.outputs, t.grad_reads, t.consumers, t.loss_grads,
+            t.outputs, t.grad_reads, t.consumers, t.loss_grads, t.lazy, t.deferred,
         )  # fmt: skip
         run_steps(ctx, self.steps)
         new = {n: v for n, v in ctx.values.items() if n not in values and n in self.live}

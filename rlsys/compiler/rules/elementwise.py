@@ -90,4 +90,6 @@ for _name, _fn in ARITHMETIC.items():
 for _name, _fn in COMPARISON.items():
     register(_name, _compare(_name), _fn)
 register("where", _where_infer, jnp.where)
+# Its JAX lowering is its own (lazy.py); `rows` only says how it computes.
+register("lazy_where", _where_infer, lambda mask, a, b, rows=None: jnp.where(mask, a, b))
 register("cast", _cast_infer, lambda x, dtype: x.astype(dtype))

@@ -1,0 +1,42 @@
+"""`next_values`: the critic's value after each step, computed lazily, equals the critic
+run on every final observation wherever GAE uses it (not after a termination)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rlsys.rt as rt
+from rlsys.algos.common import ActorCritic, act, make_env, next_values
+from rlsys.algos.config import A2CConfig
+
+
+@pytest.mark.parametrize(("env_id", "steps", "mid_way"), [
+    ("trivial:3:4", 10, True),  # episodes of 4 in rollouts of 10: truncated mid-way
+    ("trivial:3:10", 10, False),  # episodes end with the rollout
+    ("gymnax:CartPole-v1", 40, False),  # episodes terminate
+])  # fmt: skip
+def test_next_values_equal_the_critic_on_every_final_observation(env_id, steps, mid_way):
+    cfg = A2CConfig(env=env_id, num_envs=4, num_steps=steps, total_steps=4 * steps * 3,
+                    hidden_size=8).validate()  # fmt: skip
+    env = make_env(cfg)
+    prog = rt.Program(dims=("i", "b", "t"))
+    i = prog.dims[0]
+    _, B, T = prog.bounds
+    with prog:
+        model = ActorCritic(env, cfg)
+        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
+        params[0] = rt.const(model.initial)
+        params[i + 1] = params[i] * 0.9  # other parameters each iteration
+        rollout = act(prog, env, model, params[i], seed=0)
+        value = model.value(params[i], rollout.obs)
+        step = rollout.step
+        outputs = {"lazy": next_values(prog, model, params[i], step, value),
+                   "dense": model.value(params[i], step.final_obs),
+                   "terminated": step.terminated, "truncated": step.truncated}  # fmt: skip
+        for name, tensor in outputs.items():
+            prog.output(name, tensor[i, 0:B, 0:T])
+    out = prog.compile(bounds={"I": 3, "B": 4, "T": steps}).run()
+    used = out["terminated"] == 0
+    np.testing.assert_allclose(out["lazy"][used], out["dense"][used], rtol=1e-6, atol=1e-6)
+    assert bool(out["truncated"][..., :-1].any()) == mid_way
