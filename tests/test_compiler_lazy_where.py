@@ -115,3 +115,16 @@ def test_a_gradient_through_the_value_is_a_clear_error() -> None:
         prog.output("g", rt.grad(y[i, 0 : prog.bounds[1]].sum(), w))
     with pytest.raises(RecurrenceError, match="cannot be differentiated; use rt"):
         prog.compile(bounds={"I": 1, "B": 5})
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 17, 100, 1000, 32000, 64001])
+@pytest.mark.parametrize("rate", [0.0, 0.01, 0.5, 1.0])
+def test_the_needed_points_are_listed_as_nonzero_lists_them(size: int, rate: float) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from rlsys.compiler.lower.jax import _needed_first
+
+    needed = np.random.default_rng(size).random(size) < rate
+    got = np.asarray(jax.jit(_needed_first)(jnp.asarray(needed)))
+    np.testing.assert_array_equal(got, jnp.nonzero(needed, size=size, fill_value=size)[0])
