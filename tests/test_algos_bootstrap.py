@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rlsys.rt as rt
-from rlsys.algos.common import ActorCritic, act, make_env, next_values
+from rlsys.algos.common import acting_actor_critic, make_env, next_values
 from rlsys.algos.config import A2CConfig
 
 
@@ -24,11 +24,8 @@ def test_next_values_equal_the_critic_on_every_final_observation(env_id, steps, 
     i = prog.dims[0]
     _, B, T = prog.bounds
     with prog:
-        model = ActorCritic(env, cfg)
-        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
-        params[0] = rt.const(model.initial)
+        model, params, rollout = acting_actor_critic(prog, env, cfg)
         params[i + 1] = params[i] * 0.9  # other parameters each iteration
-        rollout = act(prog, env, model, params[i], seed=0)
         value = model.value(params[i], rollout.obs)
         step = rollout.step
         outputs = {"lazy": next_values(prog, model, params[i], step, value),

@@ -86,7 +86,7 @@ def test_a2c_trains_on_the_trivial_env(tmp_path: Path) -> None:
 def test_the_policy_gradient_does_not_flow_through_the_sampled_action() -> None:
     """d log_prob(a) / d mean of a sampled Gaussian action is the score (a - mean) / std^2,
     not 0 as it would be if the sample were differentiated as mean + std * noise."""
-    from rlsys.algos.common import ActorCritic, act
+    from rlsys.algos.common import acting_actor_critic
     from rlsys.algos.config import A2CConfig
 
     cfg = A2CConfig(env="trivial:4:8", num_envs=4, num_steps=8, hidden_size=8, hidden_layers=1)
@@ -95,10 +95,7 @@ def test_the_policy_gradient_does_not_flow_through_the_sampled_action() -> None:
     i = prog.dims[0]
     _, B, T = prog.bounds
     with prog:
-        model = ActorCritic(env, cfg)
-        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
-        params[0] = rt.const(model.initial)
-        rollout = act(prog, env, model, params[i], cfg.seed)
+        model, params, rollout = acting_actor_critic(prog, env, cfg)
         loss = rollout.policy.log_prob(rollout.action)[i, 0:B, 0:T].mean()
         grad = rt.grad(loss, params)
         params[i + 1] = params[i] - 0.0 * grad

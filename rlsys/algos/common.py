@@ -140,6 +140,17 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     return Rollout(obs, action, policy, step)
 
 
+def acting_actor_critic(prog: rt.Program, env: Env, cfg, obs_norm=None):
+    """(model, params, rollout): the actor-critic, its parameter vector params[i] (params[0]
+    its initialization; the algorithm's optimizer defines params[i + 1]) and the rollout
+    acting with params[i]. Called inside `with prog:`."""
+    i = prog.dims[0]
+    model = ActorCritic(env, cfg, obs_norm)
+    params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
+    params[0] = rt.const(model.initial)
+    return model, params, act(prog, env, model, params[i], cfg.seed)
+
+
 def next_values(prog: rt.Program, model: ActorCritic, params_i, step, value):
     """The critic's value of the observation after each step, V(final_obs), for
     bootstrapping. Where the episode goes on, that observation is the next step's: its
@@ -209,10 +220,7 @@ def on_policy_program(cfg, per_step_loss) -> AlgoProgram:
     i = prog.dims[0]
     _, B, T = prog.bounds
     with prog:
-        model = ActorCritic(env, cfg)
-        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
-        params[0] = rt.const(model.initial)
-        rollout = act(prog, env, model, params[i], cfg.seed)
+        model, params, rollout = acting_actor_critic(prog, env, cfg)
         value = model.value(params[i], rollout.obs)
         per_step = per_step_loss(prog, model, params[i], rollout, value)
         loss = per_step[i, 0:B, 0:T].mean()

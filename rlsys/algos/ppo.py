@@ -32,7 +32,7 @@ import rlsys.rt as rt
 from rlsys.algos.common import (
     ActorCritic,
     AlgoProgram,
-    act,
+    acting_actor_critic,
     annealed,
     gae,
     make_env,
@@ -56,10 +56,8 @@ def build_ppo(cfg: PPOConfig) -> AlgoProgram:
         if cfg.normalize_obs:
             obs_stats = RunningMoments(prog, (math.prod(env.obs_shape),), "obs")
             obs_norm = Normalizer(obs_stats.mean, obs_stats.var, cfg.obs_clip)
-        model = ActorCritic(env, cfg, obs_norm)  # acts and learns on normalized obs
-        params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")
-        params[0] = rt.const(model.initial)
-        rollout = act(prog, env, model, params[i], cfg.seed)
+        # acts and learns on normalized observations
+        model, params, rollout = acting_actor_critic(prog, env, cfg, obs_norm)
         obs, action, step = rollout.obs, rollout.action, rollout.step
 
         def flat(x):  # the rollout of iteration i as one batch (b, t flattened)
