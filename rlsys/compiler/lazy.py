@@ -12,8 +12,8 @@ lazy_where are deferred (others, such as one inside a scan over t, are computed 
 
 An actor-critic needs the critic's value of an episode's final observation only where the
 episode was truncated, and at the rollout's last step: a few points of the rollout's
-B * T (`rlsys/algos/common.py`, `next_values`), where computing them all cost a third of
-the critic's forward work in the learning step.
+B * T (`rlsys/algos/common.py`, `next_values`), where computing them all was a third of
+the learning step's forward work (actor, critic, critic on final observations).
 
 The loop's length depends on the data, so JAX cannot differentiate through the value (a
 gradient whose path does is refused at compile time). The reference lowering computes
