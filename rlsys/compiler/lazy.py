@@ -23,7 +23,7 @@ both sides everywhere, as `where` does; the results are the same.
 from __future__ import annotations
 
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.ir import Graph
+from rlsys.compiler.ir import Graph, Node
 from rlsys.compiler.rules import RULES
 
 
@@ -66,3 +66,16 @@ def lazy_branches(graph: Graph, loops_of: dict[int, tuple]) -> dict[int, frozens
         lazy: frozenset(branch.difference(*(branches[n] for n in branch if n in branches)))
         for lazy, branch in branches.items()
     }
+
+
+def check_not_differentiated(graph: Graph, grad: Node, path: set[int]) -> None:
+    """A gradient's path (the nodes between its parameter and its loss) must not run
+    through a lazy_where's value: JAX cannot differentiate the loop that computes it."""
+    for n in path:
+        lazy = graph[n]
+        if lazy.op == "lazy_where" and lazy.inputs[1].node in path:
+            raise RecurrenceError(
+                f"grad at {grad.source}: its path runs through the value of the lazy_where at "
+                f"{lazy.source}, which cannot be differentiated; use rt.where there, or cut "
+                "the path with .stop_gradient()"
+            )

@@ -376,8 +376,8 @@ def _lazy_where_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) ->
 
     extents = tuple(ctx.extent(d) for d in vector_dims)
     size = math.prod(extents)
-    mask, present = read_edge(ctx, mask_edge, vector_dims)
-    needed = _broadcast_to_dims(ctx, mask, present, vector_dims).reshape(size, -1).any(axis=1)
+    mask = read_edge(ctx, mask_edge, vector_dims)
+    needed = _broadcast_to_dims(ctx, *mask, vector_dims).reshape(size, -1).any(axis=1)
     rows = node.param("rows")
     rows = size if rows is None else max(1, min(size, int(as_expr(rows).evaluate(ctx.bounds))))
     order = _needed_first(needed)
@@ -392,8 +392,7 @@ def _lazy_where_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) ->
     trips = (jnp.sum(needed) + rows - 1) // rows
     values = jnp.zeros((size, *point.shape), point.dtype)
     values = jax.lax.fori_loop(0, trips, chunk, values).reshape(*extents, *point.shape)
-    reads = [read_edge(ctx, mask_edge, vector_dims), (values, vector_dims),
-             read_edge(ctx, otherwise_edge, vector_dims)]  # fmt: skip
+    reads = [mask, (values, vector_dims), read_edge(ctx, otherwise_edge, vector_dims)]
     return Value(_vectorized(ctx, jnp.where, reads, vector_dims), vector_dims)
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from rlsys.compiler.autodiff import path_nodes
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
-from rlsys.compiler.ir import Graph, Node, is_identity
-from rlsys.compiler.lazy import lazy_branches
+from rlsys.compiler.ir import Graph, is_identity
+from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
 from rlsys.compiler.lower.jax import Context, Value
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
@@ -63,22 +63,9 @@ def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]
             loss_edge, param_edge = node.inputs
             loops = schedule.loops_of.get(node.id, ())
             path = path_nodes(graph, param_edge.node, loss_edge.node, loops)
-            _check_differentiable(graph, node, path)
+            check_not_differentiated(graph, node, path)
             reads[node.id] = frozenset(e.node for m in path for e in graph[m].all_edges())
     return reads
-
-
-def _check_differentiable(graph: Graph, grad: Node, path: set[int]) -> None:
-    """A lazy_where computes its value in a loop of data-dependent length, which JAX cannot
-    differentiate: a gradient's path must not run through that value."""
-    for n in path:
-        lazy = graph[n]
-        if lazy.op == "lazy_where" and lazy.inputs[1].node in path:
-            raise RecurrenceError(
-                f"grad at {grad.source}: its path runs through the value of the lazy_where at "
-                f"{lazy.source}, which cannot be differentiated; use rt.where there, or cut "
-                "the path with .stop_gradient()"
-            )
 
 
 def losses_with_gradients(graph: Graph, schedule: Schedule) -> dict[int, int]:
