@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -38,3 +40,60 @@ def test_a_value_read_only_at_the_last_step_is_not_stacked(read_at, reverse, sta
     # is read; otherwise the final carry is x at the last step.
     (hlo,) = exe.optimized_hlo().values()
     assert any(f"f32[{shape},5]" in hlo for shape in (f"{T},2", f"2,{T}")) == stacked
+
+
+def acting_and_returns(full_output: bool):
+    """An acting-like forward scan over t for every b (x, a layer of 4 units), a layer on
+    all of its points at once (r) and a reverse scan over t reading that (g: returns)."""
+    prog = rt.Program(dims=("i", "b", "t"))
+    i, b, t = prog.dims
+    last = prog.bounds[2] - 1
+    weights = np.random.default_rng(2).normal(size=(4, 4)).astype("float32")
+    with prog:
+        w, v = rt.const(weights), rt.const(np.ones((4, 2), "float32"))
+        c = rt.input("c", shape=(4,), domain=(i, b))
+        x = rt.placeholder(shape=(4,), domain=(i, b, t), name="x")
+        x[i, b, 0] = c
+        x[i, b, t + 1] = (x[i, b, t] @ w).tanh()
+        r = (x @ v).sum()
+        g = rt.placeholder(domain=(i, b, t), name="g")
+        g[i, b, last] = r[i, b, last]
+        g[i, b, t] = r + 0.9 * g[i, b, t + 1]
+        prog.output("total", g[i, 0 : prog.bounds[1], 0 : prog.bounds[2]].sum())
+        if full_output:
+            prog.output("g", g)
+    return prog
+
+
+@pytest.mark.parametrize("full_output", [False, True])
+def test_a_stack_is_used_as_the_scan_stored_it_without_transposing(full_output: bool) -> None:
+    # A loop over t stores its values t first; computing on them and scanning them again in
+    # that order needs no (b, t) <-> (t, b) transposition, which XLA:CPU would make a
+    # transposing fusion plus a copy each. An output is still in domain order: that is
+    # the one transposing copy left.
+    c = np.random.default_rng(1).normal(size=(2, 3, 4)).astype("float32")
+    bounds = {"I": 2, "B": 3, "T": T}
+    exe = acting_and_returns(full_output).compile(bounds=bounds)
+    expected = acting_and_returns(full_output).compile(bounds=bounds, backend="ref").run({"c": c})
+    out = exe.run({"c": c})
+    for name in expected:
+        np.testing.assert_allclose(out[name], expected[name], rtol=1e-5, atol=1e-5)
+    (hlo,) = exe.optimized_hlo().values()
+    transposes = [
+        line
+        for line in _scheduled_instructions(hlo)
+        if re.search(r"%\S*(transpose|copy)\S* = \S+ fusion\(", line)
+    ]
+    assert len(transposes) == (1 if full_output else 0), transposes
+
+
+def _scheduled_instructions(hlo: str) -> list[str]:
+    """The instructions XLA runs one by one (the entry's and loop bodies'), not those inside
+    fusions, where a transposition is only a way of indexing."""
+    lines, inside_fusion = [], False
+    for line in hlo.splitlines():
+        if line and not line[0].isspace():
+            inside_fusion = line.startswith(("%fused", "%wrapped"))
+        elif not inside_fusion:
+            lines.append(line)
+    return lines

@@ -1,8 +1,9 @@
 """The fast lowering, part 1: values, reading edges, computing one node over its vector dims.
 
 Values during lowering are `Value(array, axes)`: `axes` names the dimensions the array's
-leading axes hold (in domain order); a dimension of the node's domain that is not among them
-is an enclosing loop's dimension, fixed at the loop's current index. Then:
+leading axes hold (in domain order, except for values a loop stacked, loop dim first, and
+values computed from them, in their order); a dimension of the node's domain that is not
+among them is an enclosing loop's dimension, fixed at the loop's current index. Then:
 
 - `Compute` of an op: read each input edge into an array over the node's vector dimensions
   (`read_edge`), and apply the op's point rule under one `vmap` per vector dimension
@@ -147,8 +148,10 @@ def read_edge(ctx: Context, edge: Edge, vector_dims: tuple[Dim, ...]) -> tuple[A
             slice_no += 1
         else:
             index = item.evaluate(env)
-        indices.append(jnp.clip(jnp.asarray(index), 0, ctx.extent(dim) - 1).reshape(
-            [1] * rank if np.ndim(index) == 0 else np.shape(index)))  # fmt: skip
+        at = value.axes.index(dim)  # the stored axes need not be in domain order
+        indices.append((at, jnp.clip(jnp.asarray(index), 0, ctx.extent(dim) - 1).reshape(
+            [1] * rank if np.ndim(index) == 0 else np.shape(index))))  # fmt: skip
+    indices = [index for _, index in sorted(indices, key=lambda entry: entry[0])]
     array = value.array
     if indices:
         # Every dim the read varies along gets its whole extent, even where the indices
@@ -187,6 +190,7 @@ def _direct_read(ctx: Context, producer: Node, edge: Edge, value: Value, window_
             return None
         elif stored:
             present.append(value.axes.index(dim))
+    present.sort(key=lambda k: vector_dims.index(value.axes[k]))
     array = value.array
     for axis in sorted(fixed, reverse=True):  # the last first: earlier axes keep their place
         array = jax.lax.index_in_dim(array, fixed[axis], axis, keepdims=False)
@@ -228,6 +232,8 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
     if grad is not None and ctx.graph[grad].inputs[1].node in ctx.values:
         loss, ctx.values[grad] = _loss_and_grad(ctx, ctx.graph[grad])
         return loss
+    if RULES[node.op].host is None and node.op != "index":
+        vector_dims = _order_of_inputs(ctx, node, vector_dims)
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
     if RULES[node.op].host is not None:
         return _host_value(ctx, node, reads, vector_dims)
@@ -243,6 +249,36 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         reads += [(jnp.broadcast_to(jnp.asarray(n.evaluate(env)), extents), vector_dims)
                   for _, n in sorted(padded.items())]  # fmt: skip
     return Value(_vectorized(ctx, fn, reads, vector_dims, RULES[node.op].rows), vector_dims)
+
+
+def _order_of_inputs(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]):
+    """The vector dims in the order of the first input stored over all of them: a loop
+    stacks its values loop dim first (`LoopPlan.store`), and computing on them in that order
+    needs no transposition, where domain order would transpose each stack (XLA:CPU makes
+    that a transposing fusion plus a copy)."""
+    if len(vector_dims) < 2:
+        return vector_dims
+    for edge in node.inputs:
+        value = ctx.values.get(edge.node)
+        if value is not None and len(value.axes) == len(vector_dims) == len(
+            set(value.axes) & set(vector_dims)
+        ):
+            return value.axes
+    return vector_dims
+
+
+def in_order(value: Value, axes: tuple[Dim, ...]):
+    """`value`'s array with its leading axes (the same dims) in the order `axes`."""
+    if value.axes == tuple(axes):
+        return value.array
+    perm = [value.axes.index(d) for d in axes]
+    return jnp.transpose(value.array, perm + list(range(len(perm), value.array.ndim)))
+
+
+def in_domain_order(ctx: Context, node: int):
+    """A node's stored array with its leading axes in the order of its domain."""
+    value = ctx.values[node]
+    return in_order(value, tuple(d for d in ctx.graph[node].domain if d in value.axes))
 
 
 def _host_value(ctx: Context, node: Node, reads, vector_dims) -> Value:

@@ -13,7 +13,7 @@ jitted call per iteration (`jax_program.py`), with the same `LoopPlan`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Node, concrete_shape
-from rlsys.compiler.lower.jax import Context, Value, Window, compute_node
+from rlsys.compiler.lower.jax import Context, Value, Window, compute_node, in_order
 from rlsys.compiler.schedule import (
     Compute,
     Loop,
@@ -115,6 +115,8 @@ class LoopPlan:
     window_axes: dict[int, tuple[Dim, ...]]
     kept: frozenset[int]
     streamed: frozenset[int]
+    # the axes of each kept member's value at one step, as the body computed them
+    kept_axes: dict[int, tuple[Dim, ...]] = field(default_factory=dict)
 
     @classmethod
     def make(cls, ctx: Context, loop: Loop) -> LoopPlan:
@@ -164,14 +166,17 @@ class LoopPlan:
             axes = self.ctx.values[node].axes
             inner.values[node] = Value(array, tuple(d for d in axes if d is not loop.dim))
         run_steps(inner, loop.body)
-        new_carry = self.shift_windows(carry, {m: inner.values[m].array for m in carry})
-        return new_carry, {m: inner.values[m].array for m in self.kept}
+        values = {m: in_order(inner.values[m], self.window_axes[m]) for m in carry}
+        self.kept_axes.update({m: inner.values[m].axes for m in self.kept})
+        return self.shift_windows(carry, values), {m: inner.values[m].array for m in self.kept}
 
     def store(self, stacked: dict[int, Any]) -> None:
-        """Record the kept members' values, stacked over the loop dim, in domain order."""
+        """Record the kept members' values as stacked: the loop dim first, then the axes the
+        body computed them over (`kept_axes`, recorded when the body was traced). Consumers
+        read them in that order (`jax.py`); a transposition into domain order here made XLA
+        emit a transposing fusion and a copy per stack."""
         for member, array in stacked.items():
-            ordered, perm = self.stored_layout(member, array.ndim)
-            self.ctx.values[member] = Value(jnp.transpose(array, perm), ordered)
+            self.ctx.values[member] = Value(array, (self.loop.dim, *self.inner_axes(member)))
 
     def store_final(self, carry: dict[int, Any], members: frozenset[int]) -> None:
         """Record members read after the loop only at its last step, from the final carry:
@@ -180,12 +185,17 @@ class LoopPlan:
         self.store({m: jnp.broadcast_to(carry[m][0], (extent, *carry[m].shape[1:]))
                     for m in members})  # fmt: skip
 
-    def stored_layout(self, member: int, ndim: int) -> tuple[tuple[Dim, ...], list[int]]:
-        """The axes of a kept member once stored, and the permutation of its stacked array
-        (loop dim first) that puts them in domain order."""
+    def inner_axes(self, member: int) -> tuple[Dim, ...]:
+        """The axes of a member's value at one step: as computed, else in domain order."""
         node = self.ctx.graph[member]
-        axes = (self.loop.dim, *_inner_axes(node, (*self.ctx.loop_index, self.loop.dim)))
-        ordered = tuple(d for d in node.domain if d in axes)
+        loop_dims = (*self.ctx.loop_index, self.loop.dim)
+        return self.kept_axes.get(member) or _inner_axes(node, loop_dims)
+
+    def domain_layout(self, member: int, ndim: int) -> tuple[tuple[Dim, ...], list[int]]:
+        """The axes of a kept member in domain order, and the permutation of its stacked
+        array (loop dim first) that puts them so (host loops store that way)."""
+        axes = (self.loop.dim, *self.inner_axes(member))
+        ordered = tuple(d for d in self.ctx.graph[member].domain if d in axes)
         return ordered, [axes.index(d) for d in ordered] + list(range(len(axes), ndim))
 
     def shift_windows(self, carry: dict[int, Any], values: dict[int, Any]) -> dict[int, Any]:

@@ -33,7 +33,7 @@ from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
-from rlsys.compiler.lower.jax import Context, Value
+from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
 from rlsys.compiler.lower.memory_schedule import compile_frugally
@@ -96,7 +96,7 @@ def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> C
 
 
 def _outputs(ctx: Context) -> dict[str, Any]:
-    return {name: ctx.values[edge.node].array for name, edge in ctx.graph.outputs}
+    return {name: in_domain_order(ctx, edge.node) for name, edge in ctx.graph.outputs}
 
 
 def _traced(build: Callable[[], Any]) -> Any:
@@ -233,11 +233,15 @@ class JaxExecutable:
         """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
         plan = LoopPlan.make(ctx, self._loop)
-        return jax.lax.scan(plan.body, carry, plan.scan_inputs(start, size, self._loop.reverse))
+        scanned = jax.lax.scan(plan.body, carry, plan.scan_inputs(start, size, self._loop.reverse))
+        self._kept_axes = plan.kept_axes  # how the epilogue finds the stacks
+        return scanned
 
     def _epilogue(self, inputs, pre, stacked):
         ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
-        LoopPlan.make(ctx, self._loop).store(stacked)
+        plan = LoopPlan.make(ctx, self._loop)
+        plan.kept_axes.update(self._kept_axes)
+        plan.store(stacked)
         run_steps(ctx, self._post)
         return _outputs(ctx)
 

@@ -32,7 +32,16 @@ import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.ir import Graph
-from rlsys.compiler.lower.jax import Context, Value, Window, call_host, host_arguments, host_result
+from rlsys.compiler.lower.jax import (
+    Context,
+    Value,
+    Window,
+    call_host,
+    host_arguments,
+    host_result,
+    in_domain_order,
+    in_order,
+)
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.packing import PackedStacks, Packing
 from rlsys.compiler.lower.profiled import profiled_call
@@ -122,9 +131,11 @@ class Segment:
         host_args = () if self.host is None else tuple(
             host_arguments(ctx, ctx.graph[self.host.node], self.host.vector_dims))  # fmt: skip
         if self.finish is not None:
-            carry = self.finish.shift_windows(carry, {m: ctx.values[m].array for m in carry})
+            windows = self.finish.window_axes
+            carry = self.finish.shift_windows(
+                carry, {m: in_order(ctx.values[m], windows[m]) for m in carry})  # fmt: skip
             at = ctx.loop_index[self.finish.loop.dim]
-            stacks = _written(stacks, {m: ctx.values[m].array for m in stacks}, at)
+            stacks = _written(stacks, {m: in_domain_order(ctx, m) for m in stacks}, at)
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
@@ -369,7 +380,7 @@ class StagedLoop:
         self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
             entry = inner.values[m].array
-            ordered, perm = self.layouts[m] = plan.stored_layout(m, len(np.shape(entry)) + 1)
+            ordered, perm = self.layouts[m] = plan.domain_layout(m, len(np.shape(entry)) + 1)
             shape = (extent, *np.shape(entry))
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.dtype), ordered)  # fmt: skip
@@ -403,7 +414,7 @@ class StagedLoop:
         """Step `index` of the loop: the next carry and the kept members' values."""
         inner = self._inner(ctx, carry, _on_device(np.int32(index)))  # rarely repeated
         carry, _ = self.body.run(inner, carry, {})
-        return carry, {m: inner.values[m].array for m in self.kept}
+        return carry, {m: in_domain_order(inner, m) for m in self.kept}
 
     def run(self, ctx: Context) -> None:
         extent = ctx.extent(self.loop.dim)
@@ -419,4 +430,4 @@ class StagedLoop:
 
 
 def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
-    return {name: ctx.values[edge.node].array for name, edge in graph.outputs}
+    return {name: in_domain_order(ctx, edge.node) for name, edge in graph.outputs}
