@@ -446,11 +446,14 @@ def _needed_first(needed):
     width = max(1, math.isqrt(size - 1) + 1)
     height = -(-size // width)
     grid = jnp.pad(needed.astype(jnp.float32), (0, height * width - size)).reshape(height, width)
-    within = grid @ jnp.triu(jnp.ones((width, width), jnp.float32))  # counts up to each entry
-    before = jnp.tril(jnp.ones((height, height), jnp.float32), -1) @ grid.sum(axis=1)
+    # NumPy's triangles and range are constants of the program; jnp's would be computed in
+    # it, by a fusion each
+    within = grid @ np.triu(np.ones((width, width), np.float32))  # counts up to each entry
+    before = np.tril(np.ones((height, height), np.float32), -1) @ grid.sum(axis=1)
     rank = (within + before[:, None]).reshape(-1)[:size].astype(jnp.int32) - 1
     target = jnp.where(needed, rank, size)
-    return jnp.full(size, size, jnp.int32).at[target].set(jnp.arange(size), mode="drop")
+    positions = np.arange(size, dtype=np.int32)
+    return jnp.full(size, size, jnp.int32).at[target].set(positions, mode="drop")
 
 
 def _grad_value(ctx: Context, node: Node) -> Value:

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Node, concrete_shape
@@ -129,7 +130,7 @@ class LoopPlan:
         when `reverse`): each index, and the streamed values' slices at it (the loop dim
         moved to the front). A slice, never a gather: the steps are contiguous."""
         sign = -1 if reverse else 1
-        indices = first + sign * jnp.arange(size)
+        indices = first + sign * np.arange(size, dtype=np.int32)  # a constant, not a fusion
         lowest = first - size + 1 if reverse else first
         slices = {}
         for node in self.streamed:
