@@ -43,8 +43,9 @@ def test_a_value_read_only_at_the_last_step_is_not_stacked(read_at, reverse, sta
 
 
 def acting_and_returns(full_output: bool):
-    """An acting-like forward scan over t for every b (x, a layer of 4 units), a layer on
-    all of its points at once (r) and a reverse scan over t reading that (g: returns)."""
+    """An acting-like forward scan over t for every b (x, a layer of 4 units plus noise drawn
+    for every step before it), a layer on all of its points at once (r) and a reverse scan
+    over t reading that (g: returns)."""
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
     last = prog.bounds[2] - 1
@@ -54,7 +55,8 @@ def acting_and_returns(full_output: bool):
         c = rt.input("c", shape=(4,), domain=(i, b))
         x = rt.placeholder(shape=(4,), domain=(i, b, t), name="x")
         x[i, b, 0] = c
-        x[i, b, t + 1] = (x[i, b, t] @ w).tanh()
+        noise = rt.random.normal(rt.random.key(0).fold_in(b).fold_in(t), (4,))
+        x[i, b, t + 1] = (x[i, b, t] @ w).tanh() + 0.1 * noise  # the noise is drawn before
         r = (x @ v).sum()
         g = rt.placeholder(domain=(i, b, t), name="g")
         g[i, b, last] = r[i, b, last]
@@ -68,9 +70,9 @@ def acting_and_returns(full_output: bool):
 @pytest.mark.parametrize("full_output", [False, True])
 def test_a_stack_is_used_as_the_scan_stored_it_without_transposing(full_output: bool) -> None:
     # A loop over t stores its values t first; computing on them and scanning them again in
-    # that order needs no (b, t) <-> (t, b) transposition, which XLA:CPU would make a
-    # transposing fusion plus a copy each. An output is still in domain order: that is
-    # the one transposing copy left.
+    # that order, and drawing the noise the loop streams in that order, needs no (b, t) <->
+    # (t, b) transposition, which XLA:CPU would make a transposing fusion plus a copy each.
+    # An output is still in domain order: that is the one transposing copy left.
     c = np.random.default_rng(1).normal(size=(2, 3, 4)).astype("float32")
     bounds = {"I": 2, "B": 3, "T": T}
     exe = acting_and_returns(full_output).compile(bounds=bounds)

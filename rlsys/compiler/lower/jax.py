@@ -210,7 +210,10 @@ def _slice_length(ctx: Context, producer: Node, item: Slice) -> int:
 # -- computing nodes -----------------------------------------------------------------------
 
 
-def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Value:
+def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...],
+                 first: Dim | None = None) -> Value:  # fmt: skip
+    """The node's value over `vector_dims`; `first`: a dim to store it along first (a loop
+    that streams it along that dim follows)."""
     params = dict(node.params)
     if node.op == "const":
         return Value(jnp.asarray(params["value"].array), ())
@@ -234,6 +237,8 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) -> Valu
         return loss
     if RULES[node.op].host is None and node.op != "index":
         vector_dims = _order_of_inputs(ctx, node, vector_dims)
+        if first in vector_dims:
+            vector_dims = (first, *(d for d in vector_dims if d is not first))
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
     if RULES[node.op].host is not None:
         return _host_value(ctx, node, reads, vector_dims)

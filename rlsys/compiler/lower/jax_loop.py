@@ -34,13 +34,41 @@ from rlsys.compiler.schedule import (
 
 
 def run_steps(ctx: Context, steps) -> None:
+    streamed = _streamed_into(ctx, steps)
     for step in steps:
         if isinstance(step, Compute):
             if step.node not in ctx.deferred:  # else its lazy_where runs it (lazy.py)
                 ctx.values[step.node] = compute_node(ctx, ctx.graph[step.node],
-                                                     step.vector_dims)  # fmt: skip
+                                                     step.vector_dims,
+                                                     first=streamed.get(step.node))  # fmt: skip
         else:
             run_loop(ctx, step)
+
+
+def _streamed_into(ctx: Context, steps) -> dict[int, Dim]:
+    """The nodes these steps compute that a loop among them streams (see `_streamed`), with
+    its dim, and the nodes those are computed from point by point along it: computed with
+    that dim first, the scan slices them without a transposition."""
+    computed = {step.node for step in steps if isinstance(step, Compute)}
+    only_current: dict[tuple[int, Dim], bool] = {}
+
+    def note(reader: int, dim: Dim) -> None:
+        for edge in ctx.graph[reader].all_edges():
+            if edge.node in computed and dim in ctx.graph[edge.node].domain:
+                current = is_same_point(index_on(edge, ctx.graph[edge.node], dim), dim)
+                only_current[edge.node, dim] = only_current.get((edge.node, dim), True) and current
+
+    for loop in (step for step in steps if isinstance(step, Loop)):
+        for member in loop.members:
+            note(member, loop.dim)
+    first: dict[int, Dim] = {}
+    for step in reversed(steps):  # readers before what they read
+        if isinstance(step, Compute):
+            dims = [d for (n, d), current in only_current.items() if n == step.node and current]
+            if len(dims) == 1:
+                first[step.node] = dims[0]
+                note(step.node, dims[0])
+    return first
 
 
 def _window_sizes(ctx: Context, loop: Loop) -> dict[int, int]:
