@@ -280,10 +280,14 @@ def in_order(value: Value, axes: tuple[Dim, ...]):
     return jnp.transpose(value.array, perm + list(range(len(perm), value.array.ndim)))
 
 
+def domain_axes(ctx: Context, node: int) -> tuple[Dim, ...]:
+    """A node's stored axes in the order of its domain."""
+    return tuple(d for d in ctx.graph[node].domain if d in ctx.values[node].axes)
+
+
 def in_domain_order(ctx: Context, node: int):
     """A node's stored array with its leading axes in the order of its domain."""
-    value = ctx.values[node]
-    return in_order(value, tuple(d for d in ctx.graph[node].domain if d in value.axes))
+    return in_order(ctx.values[node], domain_axes(ctx, node))
 
 
 def _host_value(ctx: Context, node: Node, reads, vector_dims) -> Value:

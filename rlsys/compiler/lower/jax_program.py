@@ -199,6 +199,7 @@ class JaxExecutable:
         steps = self.schedule.steps
         self._pre, self._loop, self._post = steps[:position], steps[position], steps[position + 1 :]
         self._axes: dict[int, tuple] = {}
+        self._kept_axes: dict[int, tuple] = {}  # set when the iterations are traced
         pre_shapes = jax.eval_shape(self._prologue, abstract)
         self._prologue_fn = jax.jit(self._prologue).lower(abstract).compile()
         plan = LoopPlan.make(_context(self.ir, self.bounds, {}, self.schedule), self._loop)

@@ -37,6 +37,7 @@ from rlsys.compiler.lower.jax import (
     Value,
     Window,
     call_host,
+    domain_axes,
     host_arguments,
     host_result,
     in_domain_order,
@@ -379,11 +380,13 @@ class StagedLoop:
         extent = ctx.extent(loop.dim)
         self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
-            entry = inner.values[m].array
-            ordered, perm = self.layouts[m] = plan.domain_layout(m, len(np.shape(entry)) + 1)
-            shape = (extent, *np.shape(entry))
+            entry = inner.values[m]  # its steps are written in domain order (Segment)
+            dims, shape = domain_axes(inner, m), np.shape(entry.array)
+            step_shape = (*(shape[entry.axes.index(d)] for d in dims), *shape[len(dims) :])
+            ordered, perm = self.layouts[m] = plan.domain_layout(m, len(step_shape) + 1)
+            shape = (extent, *step_shape)
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
-                                                       entry.dtype), ordered)  # fmt: skip
+                                                       entry.array.dtype), ordered)  # fmt: skip
         self.rotated = (Rotated(inner, loop, *parts, carry, stacks, self._arranged)
                         if rotatable else None)  # fmt: skip
         # The stacks' arrangement in domain order, compiled here: as eager ops the
