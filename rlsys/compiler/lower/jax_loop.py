@@ -50,13 +50,14 @@ def _streamed_into(ctx: Context, steps) -> dict[int, Dim]:
     its dim, and the nodes those are computed from point by point along it: computed with
     that dim first, the scan slices them without a transposition."""
     computed = {step.node for step in steps if isinstance(step, Compute)}
-    only_current: dict[tuple[int, Dim], bool] = {}
+    only_current: dict[int, dict[Dim, bool]] = {}  # node -> dim -> read only at the index
 
     def note(reader: int, dim: Dim) -> None:
         for edge in ctx.graph[reader].all_edges():
             if edge.node in computed and dim in ctx.graph[edge.node].domain:
                 current = is_same_point(index_on(edge, ctx.graph[edge.node], dim), dim)
-                only_current[edge.node, dim] = only_current.get((edge.node, dim), True) and current
+                dims = only_current.setdefault(edge.node, {})
+                dims[dim] = dims.get(dim, True) and current
 
     for loop in (step for step in steps if isinstance(step, Loop)):
         for member in loop.members:
@@ -64,7 +65,7 @@ def _streamed_into(ctx: Context, steps) -> dict[int, Dim]:
     first: dict[int, Dim] = {}
     for step in reversed(steps):  # readers before what they read
         if isinstance(step, Compute):
-            dims = [d for (n, d), current in only_current.items() if n == step.node and current]
+            dims = [d for d, current in only_current.get(step.node, {}).items() if current]
             if len(dims) == 1:
                 first[step.node] = dims[0]
                 note(step.node, dims[0])
@@ -195,9 +196,9 @@ class LoopPlan:
             axes = self.ctx.values[node].axes
             inner.values[node] = Value(array, tuple(d for d in axes if d is not loop.dim))
         run_steps(inner, loop.body)
-        values = {m: in_order(inner.values[m], self.window_axes[m]) for m in carry}
         self.kept_axes.update({m: inner.values[m].axes for m in self.kept})
-        return self.shift_windows(carry, values), {m: inner.values[m].array for m in self.kept}
+        kept = {m: inner.values[m].array for m in self.kept}
+        return self.shift_windows(carry, inner.values), kept
 
     def store(self, stacked: dict[int, Any]) -> None:
         """Record the kept members' values as stacked: the loop dim first, then the axes the
@@ -227,9 +228,11 @@ class LoopPlan:
         ordered = tuple(d for d in self.ctx.graph[member].domain if d in axes)
         return ordered, [axes.index(d) for d in ordered] + list(range(len(axes), ndim))
 
-    def shift_windows(self, carry: dict[int, Any], values: dict[int, Any]) -> dict[int, Any]:
-        """The carry of the next step: each window with this step's value in front."""
-        return {m: jnp.concatenate([values[m][None], carry[m][:-1]]) for m in carry}
+    def shift_windows(self, carry: dict[int, Any], values: dict[int, Value]) -> dict[int, Any]:
+        """The carry of the next step: each window with this step's value in front (in the
+        window's axis order, whatever order the step computed it in)."""
+        arrays = {m: in_order(values[m], self.window_axes[m]) for m in carry}
+        return {m: jnp.concatenate([arrays[m][None], carry[m][:-1]]) for m in carry}
 
 
 def run_loop(ctx: Context, loop: Loop) -> None:

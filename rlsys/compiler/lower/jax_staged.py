@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.jax import (
     Context,
     Value,
@@ -41,7 +40,6 @@ from rlsys.compiler.lower.jax import (
     host_arguments,
     host_result,
     in_domain_order,
-    in_order,
 )
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.packing import PackedStacks, Packing
@@ -132,9 +130,7 @@ class Segment:
         host_args = () if self.host is None else tuple(
             host_arguments(ctx, ctx.graph[self.host.node], self.host.vector_dims))  # fmt: skip
         if self.finish is not None:
-            windows = self.finish.window_axes
-            carry = self.finish.shift_windows(
-                carry, {m: in_order(ctx.values[m], windows[m]) for m in carry})  # fmt: skip
+            carry = self.finish.shift_windows(carry, ctx.values)
             at = ctx.loop_index[self.finish.loop.dim]
             stacks = _written(stacks, {m: in_domain_order(ctx, m) for m in stacks}, at)
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
@@ -430,7 +426,3 @@ class StagedLoop:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
             stored = self._arrange(stacks)
         ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stored.items()})
-
-
-def staged_outputs(graph: Graph, ctx: Context) -> dict[str, Any]:
-    return {name: in_domain_order(ctx, edge.node) for name, edge in graph.outputs}
