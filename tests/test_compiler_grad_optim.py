@@ -108,6 +108,38 @@ def test_a_recurrence_behind_stop_gradient_is_data_not_rerun(backend: str) -> No
     np.testing.assert_allclose(out["g"], (out["x"] ** 2).sum(axis=1), rtol=1e-6)
 
 
+def test_a_gradient_rereads_the_data_of_its_path_not_what_it_recomputes(backend: str) -> None:
+    """The re-run recomputes the ops between param and loss, so what a loop before it keeps
+    for it is their data (x), not their values (x * w, its tanh): a host acting loop of A2C
+    once stacked every hidden activation of its policy for the gradient."""
+    from rlsys.compiler.lower.jax_program import gradient_reads
+    from rlsys.compiler.passes.dce import needed_nodes
+    from rlsys.compiler.schedule import build_schedule
+
+    prog = rt.Program(dims=("i", "t"))
+    i, t = prog.dims
+    I, T = prog.bounds
+    with prog:
+        w = rt.input("w", shape=(), domain=(i,))
+        x = rt.input("x", shape=(), domain=(i, t))
+        hidden = (x * w).tanh()
+        total = rt.placeholder(domain=(i, t), name="total")  # a scan over t that reads hidden
+        total[i, 0] = 0.0
+        total[i, t + 1] = total + hidden
+        loss = (hidden * hidden)[i, 0:T].sum()
+        grad = rt.grad(loss, w)
+        prog.output("g", grad)
+        prog.output("total", total)
+    graph = prog.graph()
+    reads = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
+    assert reads[grad.node_id] == {w.node_id, x.node_id}
+    w0 = np.array([0.3, -0.4], "float32")
+    x0 = np.random.default_rng(2).normal(size=(2, 5)).astype("float32")
+    out = prog.compile(bounds={I: 2, T: 5}, backend=backend).run({"w": w0, "x": x0})
+    h = np.tanh(x0 * w0[:, None])
+    np.testing.assert_allclose(out["g"], (2 * h * (1 - h * h) * x0).sum(axis=1), rtol=1e-5)
+
+
 def quadratic_program(optimizer):
     prog = rt.Program(dims=("i",))
     (I,) = prog.bounds

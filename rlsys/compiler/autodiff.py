@@ -73,3 +73,20 @@ def _reach(start: int, neighbours: dict[int, set[int]]) -> set[int]:
                 seen.add(nxt)
                 stack.append(nxt)
     return seen
+
+
+def rerun_reads(graph: Graph, path: set[int], param: int, loop_dims: tuple[Dim, ...]) -> set[int]:
+    """The values a gradient's re-run of `path` reads: the parameter, what the path's ops read
+    from off the path (data), and path values read along a carried dependence (an earlier
+    iteration's). The path's other values are recomputed, so they need not be kept."""
+    reads = {param}
+    for m in path - {param}:
+        for edge in graph[m].all_edges():
+            carried = any(
+                not is_same_point(index, dim)
+                for dim, index in zip(graph[edge.node].domain, edge.index, strict=True)
+                if dim in loop_dims
+            )
+            if edge.node not in path or carried:
+                reads.add(edge.node)
+    return reads

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlsys.compiler.autodiff import path_nodes
+from rlsys.compiler.autodiff import path_nodes, rerun_reads
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
@@ -55,8 +55,9 @@ class LoopState:
 
 
 def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]]:
-    """For each gradient node, the values its re-run reads: producers of the ops between
-    its parameter and its loss, within the loops the gradient runs in."""
+    """For each gradient node, the values its re-run of the ops between its parameter and its
+    loss (within the loops the gradient runs in) reads: what a loop must keep for it, or a
+    jitted segment pass to it."""
     reads = {}
     for node in graph:
         if node.op == "grad":
@@ -64,7 +65,7 @@ def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]
             loops = schedule.loops_of.get(node.id, ())
             path = path_nodes(graph, param_edge.node, loss_edge.node, loops)
             check_not_differentiated(graph, node, path)
-            reads[node.id] = frozenset(e.node for m in path for e in graph[m].all_edges())
+            reads[node.id] = frozenset(rerun_reads(graph, path, param_edge.node, loops))
     return reads
 
 
