@@ -72,7 +72,9 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     with rlsys.phase("compile"):
         built = ALGORITHMS[algo][1](config)
         executable = built.program.compile(
-            bounds=built.bounds, iterations_per_call=config.iterations_per_call
+            bounds=built.bounds,
+            iterations_per_call=config.iterations_per_call,
+            segmented=config.segmented,
         )
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()

@@ -169,13 +169,13 @@ def test_the_scaling_sweep_varies_one_factor_at_a_time_and_pivots_its_table():
     from rlsys.bench.table import Summary, markdown
 
     case = load_case(ROOT / "benchmarks" / "cases", "scaling_sweep")
-    assert len(case.systems) == 27 and case.baseline == "cleanrl@base"
+    assert len(case.systems) == 36 and case.baseline == "cleanrl@base"
     base = {"envs": 256, "episode": 250, "width": 64, "layers": 2}
     for system in case.systems:
         point = system.name.split("@")[1]
         factors = inspect.getmodule(system.run).grid()[point]
         assert sum(factors[k] != v for k, v in base.items()) == (point != "base")
-    seconds = {"rlsys": 0.1, "purejaxrl": 0.2, "cleanrl": 1.0}
+    seconds = {"rlsys": 0.1, "segmented": 0.125, "purejaxrl": 0.2, "cleanrl": 1.0}
     rows = [Summary(system=s.name, runs=1, failed=0,
                     metrics={"iter_s": seconds[s.name.split("@")[0]], "above_idle_mib": 50.0,
                              "peak_rss_mib": 300.0})
@@ -183,6 +183,6 @@ def test_the_scaling_sweep_varies_one_factor_at_a_time_and_pivots_its_table():
     run = CaseRun(case, case.system_names, {}, reps=1, quick=True, seed=0)
     text = markdown(run, rows, command="rlsys bench run scaling_sweep", machine={})
     pivot = [line for line in text.splitlines() if line.startswith("| base |")]
-    assert pivot == ["| base | 256 | 250 | 64 | 2 | 0.100 | 0.200 | 1.000 | 10.00× | 2.00× | "
-                     "50 (300) | 50 (300) | 50 (300) |"]  # fmt: skip
-    assert "| layers=4 | 256 | 250 | 64 | 4 | — | — | — | — | — |" in text
+    assert pivot == ["| base | 256 | 250 | 64 | 2 | 0.100 | 0.125 | 0.200 | 1.000 | 10.00× | "
+                     "2.00× | 8.00× | 1.60× | " + " | ".join(["50 (300)"] * 4) + " |"]  # fmt: skip
+    assert "| layers=4 | 256 | 250 | 64 | 4 | — | — | — | — | — | — | — | — |" in text

@@ -236,6 +236,23 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, monkey
     assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
 
 
+def test_a_segmented_run_and_its_resumption_have_the_metrics_of_one_program(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """--segmented compiles the iteration as several XLA programs, run one iteration per
+    call: the same metrics, bit for bit, also when interrupted and resumed."""
+    options = ["--total-steps", "2048", "--num-envs", "4", "--num-steps", "32",
+               "--checkpoint-every", "8", "--quiet"]  # fmt: skip
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main(["train", "ppo", *options, "--out", str(whole)]) == 0
+    argv = ["train", "ppo", *options, "--segmented", "--out", str(part)]
+    _interrupt_after_first_checkpoint(argv, monkeypatch)
+    assert main(["train", "ppo", "--resume", str(part), "--quiet"]) == 0
+    assert "segmented = true" in (part / "config.toml").read_text()
+    assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
+    assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
+
+
 def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["train", "ppo", "--resume", str(tmp_path)]) == 2
     assert "holds no config.toml" in capsys.readouterr().err

@@ -6,10 +6,12 @@ that the env costs nothing) and an A2C update of 1 epoch over the full batch. On
 is one episode of every env (the episode length is the rollout length), then one Adam step.
 Around the base point (256 envs, episodes of 250 steps, 2 hidden layers of 64) one factor
 varies at a time: envs {64, 256, 512}, episode length {125, 250, 500}, width {16, 64, 256},
-layers {1, 2, 4}: 9 points, 3 systems each.
+layers {1, 2, 4}: 9 points, 4 systems each.
 
 * `rlsys@POINT`: `rlsys.algos.a2c.build_a2c` with `A2CConfig(env="trivial:16:T",
   num_steps=T, ...)`, one iteration per jitted call;
+* `segmented@POINT`: the same with `segmented=True` (the iteration compiled as several XLA
+  programs: less memory to compile, a little slower);
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.
@@ -18,8 +20,8 @@ Every run does WARM iterations, then TIMED iterations (1 + 2 with `--quick`). Re
 `iter_s` (median seconds of a timed iteration), `compile_s` (building and compiling, or
 setting up), `idle_rss_mib` (the process's RSS right after its imports, before building),
 `peak_rss_mib` (its high-water RSS, `ru_maxrss`) and `above_idle_mib` (the difference: what
-the work itself costs). The case's own table (`sweep_table`) puts the three systems of each
-point on one row, with rlsys's speed-up over each baseline.
+the work itself costs). The case's own table (`sweep_table`) puts the four systems of each
+point on one row, with each rlsys variant's speed-up over each baseline.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: `benchmarks.baseli
 OBS_SIZE = 16
 BASE = {"envs": 256, "episode": 250, "width": 64, "layers": 2}
 VARIED = {"envs": (64, 512), "episode": (125, 500), "width": (16, 256), "layers": (1, 4)}
-IMPLS = ("rlsys", "purejaxrl", "cleanrl")
+IMPLS = ("rlsys", "segmented", "purejaxrl", "cleanrl")
+OURS, BASELINES = ("rlsys", "segmented"), ("cleanrl", "purejaxrl")
 WARM, TIMED = 3, 5
 QUICK_WARM, QUICK_TIMED = 1, 2
 
@@ -62,7 +65,7 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _train_rlsys(point: dict[str, int], iterations: int, seed: int) -> dict:
+def _train_rlsys(point: dict[str, int], iterations: int, seed: int, segmented: bool) -> dict:
     from rlsys.algos.a2c import build_a2c
     from rlsys.algos.config import A2CConfig
 
@@ -73,7 +76,7 @@ def _train_rlsys(point: dict[str, int], iterations: int, seed: int) -> dict:
                        hidden_layers=point["layers"], iterations_per_call=1,
                        seed=seed).validate()  # fmt: skip
     built = build_a2c(config)
-    exe = built.program.compile(bounds=built.bounds, iterations_per_call=1)
+    exe = built.program.compile(bounds=built.bounds, iterations_per_call=1, segmented=segmented)
     setup_seconds = time.perf_counter() - began
     stamps, returns = [time.perf_counter()], []
 
@@ -99,8 +102,8 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
     idle = _rss_mib()
     factors = grid()[point]
     warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)
-    if impl == "rlsys":
-        result = _train_rlsys(factors, warm + timed, seed)
+    if impl in OURS:
+        result = _train_rlsys(factors, warm + timed, seed, segmented=impl == "segmented")
     else:
         from benchmarks.baselines import A2CSetup
 
@@ -124,8 +127,8 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
 
 # -- the case's own table: one row per point ------------------------------------------------------
 def sweep_table(rows: Sequence) -> str:
-    """Markdown: per point, each system's seconds per iteration, rlsys's speed-up over each
-    baseline, and memory above idle (peak RSS MiB in brackets)."""
+    """Markdown: per point, each system's seconds per iteration, each rlsys variant's speed-up
+    over each baseline, and memory above idle (peak RSS MiB in brackets)."""
     by_name = {row.system: row for row in rows}
 
     def metric(impl: str, point: str, key: str) -> float | None:
@@ -137,15 +140,16 @@ def sweep_table(rows: Sequence) -> str:
 
     header = ["point", "envs", "episode", "width", "layers"]
     header += [f"{impl} s/iter" for impl in IMPLS]
-    header += ["rlsys vs cleanrl", "rlsys vs purejaxrl"]
+    header += [f"{ours} vs {baseline}" for ours in OURS for baseline in BASELINES]
     header += [f"{impl} MiB above idle (peak)" for impl in IMPLS]
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for point, factors in grid().items():
         times = {impl: metric(impl, point, "iter_s") for impl in IMPLS}
         ratios = [
-            None if times["rlsys"] is None or times[b] is None else times[b] / times["rlsys"]
-            for b in ("cleanrl", "purejaxrl")
+            None if times[ours] is None or times[b] is None else times[b] / times[ours]
+            for ours in OURS
+            for b in BASELINES
         ]
         memory = [
             fmt(metric(impl, point, "above_idle_mib"), "{:.0f}")

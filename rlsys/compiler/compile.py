@@ -81,7 +81,8 @@ class ReferenceExecutable:
 
 
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
-                  debug: bool = False, iterations_per_call: int = 1):  # fmt: skip
+                  debug: bool = False, iterations_per_call: int = 1,
+                  segmented: bool = False):  # fmt: skip
     if backend not in BACKENDS:
         raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bound_values = bind_bounds(graph, bounds)
@@ -105,7 +106,8 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
     executable = JaxExecutable(optimized, bound_values, schedule, specs,
-                               iterations_per_call=iterations_per_call)  # fmt: skip
+                               iterations_per_call=iterations_per_call,
+                               segmented=segmented)  # fmt: skip
     executable.pass_timings = timings
     release_freed_heap()  # what XLA's compilation freed would stay resident otherwise
     keep_freed_buffers()  # but what its executions free is reused, not unmapped each call

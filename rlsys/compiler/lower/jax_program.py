@@ -13,8 +13,11 @@ so training reports progress and can be stopped between calls, while K (the comp
 `iterations_per_call`) amortizes the cost of a call. Other programs become one jitted
 function. A program with host ops (a gymnasium environment) runs its loops that contain them
 from the host instead, with jitted segments in between (`jax_staged.py`), one iteration per
-call. Everything is traced and compiled by the constructor, so a bad program fails at
-`compile()`, never inside `run()`.
+call. So does a program compiled `segmented=True`, its segments cut after its loops and
+gradients: on CPU, several smaller XLA programs need less memory to compile than one
+(about a third less for the A2C scaling sweep's small points), for some speed. Everything
+is traced and compiled by the constructor, so a bad program fails at `compile()`, never
+inside `run()`.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class JaxExecutable:
 
     def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
                  specs: Mapping[str, InputSpec], host_loop: bool = True,
-                 iterations_per_call: int = 1) -> None:  # fmt: skip
+                 iterations_per_call: int = 1, segmented: bool = False) -> None:  # fmt: skip
         self.ir, self.bounds, self.schedule, self.input_specs = graph, bounds, schedule, specs
         if iterations_per_call < 1:
             raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
@@ -133,13 +136,17 @@ class JaxExecutable:
         loops = [k for k, s in enumerate(schedule.steps)
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
         self.host_loop = host_loop and len(loops) == 1
-        self.staged = any(has_host(graph, step) for step in schedule.steps)
+        # Run as jitted segments from the host: for host ops, or asked for (`segmented`)
+        self.segmented = segmented
+        self.staged = segmented or any(has_host(graph, step) for step in schedule.steps)
         if self.host_loop and self.staged:
             _traced(partial(self._compile_staged_loop, abstract, loops[0]))
         elif self.host_loop:
             _traced(partial(self._compile_host_loop, abstract, loops[0]))
         elif self.staged:
-            staged = _traced(lambda: StagedSteps(self._context(abstract), schedule.steps))
+            staged = _traced(
+                lambda: StagedSteps(self._context(abstract), schedule.steps, cut=segmented)
+            )
             self._compiled = partial(self._run_staged, staged)
         else:
             whole = jax.jit(self._whole)
@@ -166,10 +173,11 @@ class JaxExecutable:
         steps = self.schedule.steps
         self._pre, self._loop, self._post = steps[:position], steps[position], steps[position + 1 :]
         ctx = self._context(abstract)
-        prologue = StagedSteps(ctx, self._pre)
+        cut = self.segmented
+        prologue = StagedSteps(ctx, self._pre, cut=cut)
         after = ctx.child()
-        loop = StagedLoop(after, self._loop, stacked=False)  # outputs after every call
-        epilogue = StagedSteps(after, self._post)
+        loop = StagedLoop(after, self._loop, stacked=False, cut=cut)  # outputs after every call
+        epilogue = StagedSteps(after, self._post, cut=cut)
         self._carry0 = loop.initial_carry
         self.iterations_per_call = 1
 
@@ -342,8 +350,9 @@ class JaxExecutable:
         size) for a host iteration loop, else `whole`. Profiles name XLA's work by these
         instructions (`benchmarks/xla_breakdown.py` maps them back to loops)."""
         if self.staged:
+            why = "was compiled segmented" if self.segmented else "has host ops"
             raise RecurrenceError(
-                "optimized_hlo(): this program has host ops, so it runs as many jitted segments; "
+                f"optimized_hlo(): this program {why}, so it runs as many jitted segments; "
                 "profile it with `rlsys profile` instead"
             )
         if self.host_loop:

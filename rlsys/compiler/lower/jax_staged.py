@@ -16,6 +16,12 @@ Loops without host ops stay inside their segment as `lax.scan`s. A segment reads
 its steps need: values computed earlier, windows of the enclosing host loops, their indices
 (as traced scalars, so one compiled function serves every step) and the program inputs.
 
+*Segmented* compilation (`cut=True`) also ends segments after the loops and gradients of a
+step list (`_cuts`), for a program without host ops too: XLA:CPU keeps the compiler state
+of every fused kernel
+of a program until the whole program is compiled (about 1 MiB each), so several smaller
+programs peak lower than one (`JaxExecutable`'s `segmented`).
+
 Everything is traced and compiled once, by an abstract pass at construction in which values
 are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `compile()`.
 """
@@ -173,18 +179,38 @@ def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
     }  # fmt: skip
 
 
+def _cuts(ctx: Context, steps: list[Step]) -> set[int]:
+    """Where segmented compilation ends segments (after the steps at these positions): after
+    each loop and each gradient, up to the last gradient. An acting loop, an advantages'
+    scan, and a gradient's re-run of the forward pass with its backward pass are most of an
+    iteration's kernels; what follows the last gradient (the optimizer's update, metrics) is
+    small, and every segment costs a call per iteration. A gradient recomputes the values of
+    its path that an earlier segment computed (a critic's values for the advantages), which
+    one XLA program would have merged: part of what segmenting costs."""
+    grads = [k for k, step in enumerate(steps)
+             if isinstance(step, Compute) and ctx.graph[step.node].op == "grad"]  # fmt: skip
+    if not grads:
+        return set()
+    return {*grads, *(k for k, step in enumerate(steps[: grads[-1]]) if isinstance(step, Loop))}
+
+
 class StagedSteps:
     """A list of steps run from the host: segments, and host loops nested in them. With
     `finish`, the steps are a host loop's body and the last segment moves its windows (and
-    writes `stacks`)."""
+    writes `stacks`). With `cut`, segments also end at `_cuts`."""
 
     def __init__(self, ctx: Context, steps: Iterable[Step], finish: LoopPlan | None = None,
-                 stacks: dict | None = None) -> None:  # fmt: skip
+                 stacks: dict | None = None, cut: bool = False) -> None:  # fmt: skip
         self.parts: list[Segment | StagedLoop] = []
         pending: list[Step] = []
-        for step in steps:
+        steps = list(steps)
+        cuts = _cuts(ctx, steps) if cut else set()
+        for k, step in enumerate(steps):
             if not has_host(ctx.graph, step):
                 pending.append(step)
+                if k in cuts:
+                    self.parts.append(Segment(ctx, pending, None))
+                    pending = []
             elif isinstance(step, Compute):
                 self.parts.append(Segment(ctx, pending, step))
                 pending = []
@@ -192,7 +218,7 @@ class StagedSteps:
                 if pending:
                     self.parts.append(Segment(ctx, pending, None))
                     pending = []
-                self.parts.append(StagedLoop(ctx, step))
+                self.parts.append(StagedLoop(ctx, step, cut=cut))
         if finish is not None or pending:
             self.parts.append(Segment(ctx, pending, None, finish, stacks))
 
@@ -355,11 +381,12 @@ _on_device = jax.jit(lambda index: index)
 
 
 class StagedLoop:
-    """A loop containing a host op, run one step at a time from Python. `run` keeps each
+    """A loop run one step at a time from Python: one containing a host op, or the iteration
+    loop of a segmented program. `run` keeps each
     step's values on the device, in stacks the step's last segment writes; `step` (for a
     caller that wants them after every step) returns them instead."""
 
-    def __init__(self, ctx: Context, loop: Loop, stacked: bool = True) -> None:
+    def __init__(self, ctx: Context, loop: Loop, stacked: bool = True, cut: bool = False) -> None:
         self.loop = loop
         self._indices: dict[int, jax.Array] = {}
         plan = LoopPlan.make(ctx, loop)
@@ -369,7 +396,7 @@ class StagedLoop:
         carry = {m: _abstract(a) for m, a in self.initial_carry.items()}
         inner = self._inner(ctx, carry, INDEX)
         stacks = {m: _abstract(a) for m, a in self.initial_stacks.items()}
-        self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks)
+        self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks, cut=cut)
         parts = self.body.parts
         rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
