@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 import rlsys
 from rlsys.algos import ALGORITHMS
+from rlsys.algos.config import SEGMENTED
 from rlsys.compiler.lower.jax_program import LoopState
 from rlsys.errors import UsageError
 from rlsys.scalar_log import ScalarLog
@@ -74,7 +75,7 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
         executable = built.program.compile(
             bounds=built.bounds,
             iterations_per_call=config.iterations_per_call,
-            segmented=config.segmented,
+            segmented=SEGMENTED[config.segmented],
         )
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()

@@ -175,7 +175,7 @@ def test_the_scaling_sweep_varies_one_factor_at_a_time_and_pivots_its_table():
         point = system.name.split("@")[1]
         factors = inspect.getmodule(system.run).grid()[point]
         assert sum(factors[k] != v for k, v in base.items()) == (point != "base")
-    seconds = {"rlsys": 0.1, "segmented": 0.125, "purejaxrl": 0.2, "cleanrl": 1.0}
+    seconds = {"rlsys": 0.1, "auto": 0.125, "purejaxrl": 0.2, "cleanrl": 1.0}
     rows = [Summary(system=s.name, runs=1, failed=0,
                     metrics={"iter_s": seconds[s.name.split("@")[0]], "above_idle_mib": 50.0,
                              "peak_rss_mib": 300.0})

@@ -1,11 +1,13 @@
 """Segmented compilation: an iteration compiled as several XLA programs (cut after its loops
-and gradients) computes what the one program computes."""
+and gradients) computes what the one program computes; "auto" keeps the segments only where
+their temporaries are small."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import rlsys.compiler.lower.jax_program as jax_program
 import rlsys.compiler.lower.jax_staged as jax_staged
 from rlsys.algos.a2c import build_a2c
 from rlsys.algos.config import A2CConfig
@@ -63,3 +65,27 @@ def test_a_segmented_program_has_no_single_optimized_hlo() -> None:
     executable = built.program.compile(bounds=built.bounds, segmented=True)
     with pytest.raises(RecurrenceError, match="compiled segmented"):
         executable.optimized_hlo()
+
+
+def test_auto_keeps_the_segments_of_an_iteration_with_small_temporaries(monkeypatch) -> None:
+    built = small_a2c("trivial:4:6")
+    whole = built.program.compile(bounds=built.bounds).run()
+    built = small_a2c("trivial:4:6")
+    executable = built.program.compile(bounds=built.bounds, segmented="auto")
+    assert executable.segmented and executable.iterations_per_call == 1
+    # Temporaries above the threshold: running sets the peak, so one program is compiled.
+    monkeypatch.setattr(jax_program, "LARGE_TEMPORARIES", -1)
+    built = small_a2c("trivial:4:6")
+    executable = built.program.compile(bounds=built.bounds, iterations_per_call=3,
+                                       segmented="auto")  # fmt: skip
+    assert not executable.segmented and not executable.staged
+    assert executable.iterations_per_call == 3
+    assert list(executable.optimized_hlo()) == ["iterations[3]"]
+    for name, value in executable.run().items():
+        np.testing.assert_array_equal(value, whole[name], err_msg=name)
+
+
+def test_segmented_takes_a_bool_or_auto() -> None:
+    built = small_a2c("trivial:4:6")
+    with pytest.raises(RecurrenceError, match="segmented must be False, True or 'auto'"):
+        built.program.compile(bounds=built.bounds, segmented="yes")

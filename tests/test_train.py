@@ -79,6 +79,7 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
         (["train", "dqn", "--train-frequency", "3"], "does not divide"),
         (["train", "dqn", "--loss", "l1"], "choose mse or huber"),
+        (["train", "a2c", "--segmented", "true"], "choose no, yes, auto"),
         (["train", "dqn", "--env", "gymnax:Pendulum-v1", *SMALL], "dqn needs discrete actions"),
         (["train", "dqn", "--env", "trivial:4", *SMALL], "dqn needs discrete actions"),
     ],
@@ -239,16 +240,16 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, monkey
 def test_a_segmented_run_and_its_resumption_have_the_metrics_of_one_program(
     tmp_path: Path, monkeypatch
 ) -> None:
-    """--segmented compiles the iteration as several XLA programs, run one iteration per
-    call: the same metrics, bit for bit, also when interrupted and resumed."""
+    """--segmented yes compiles the iteration as several XLA programs, run one iteration
+    per call: the same metrics, bit for bit, also when interrupted and resumed."""
     options = ["--total-steps", "2048", "--num-envs", "4", "--num-steps", "32",
                "--checkpoint-every", "8", "--quiet"]  # fmt: skip
     whole, part = tmp_path / "whole", tmp_path / "part"
     assert main(["train", "ppo", *options, "--out", str(whole)]) == 0
-    argv = ["train", "ppo", *options, "--segmented", "--out", str(part)]
+    argv = ["train", "ppo", *options, "--segmented", "yes", "--out", str(part)]
     _interrupt_after_first_checkpoint(argv, monkeypatch)
     assert main(["train", "ppo", "--resume", str(part), "--quiet"]) == 0
-    assert "segmented = true" in (part / "config.toml").read_text()
+    assert 'segmented = "yes"' in (part / "config.toml").read_text()
     assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
     assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
 

@@ -10,8 +10,8 @@ layers {1, 2, 4}: 9 points, 4 systems each.
 
 * `rlsys@POINT`: `rlsys.algos.a2c.build_a2c` with `A2CConfig(env="trivial:16:T",
   num_steps=T, ...)`, one iteration per jitted call;
-* `segmented@POINT`: the same with `segmented=True` (the iteration compiled as several XLA
-  programs: less memory to compile, a little slower);
+* `auto@POINT`: the same with `segmented="auto"` (`--segmented auto`: the iteration compiled
+  as several XLA programs where compiling, not running, sets the peak memory);
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.
@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: `benchmarks.baseli
 OBS_SIZE = 16
 BASE = {"envs": 256, "episode": 250, "width": 64, "layers": 2}
 VARIED = {"envs": (64, 512), "episode": (125, 500), "width": (16, 256), "layers": (1, 4)}
-IMPLS = ("rlsys", "segmented", "purejaxrl", "cleanrl")
-OURS, BASELINES = ("rlsys", "segmented"), ("cleanrl", "purejaxrl")
+IMPLS = ("rlsys", "auto", "purejaxrl", "cleanrl")
+OURS, BASELINES = ("rlsys", "auto"), ("cleanrl", "purejaxrl")
 WARM, TIMED = 3, 5
 QUICK_WARM, QUICK_TIMED = 1, 2
 
@@ -65,7 +65,8 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _train_rlsys(point: dict[str, int], iterations: int, seed: int, segmented: bool) -> dict:
+def _train_rlsys(point: dict[str, int], iterations: int, seed: int,
+                 segmented: bool | str) -> dict:  # fmt: skip
     from rlsys.algos.a2c import build_a2c
     from rlsys.algos.config import A2CConfig
 
@@ -103,7 +104,9 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
     factors = grid()[point]
     warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)
     if impl in OURS:
-        result = _train_rlsys(factors, warm + timed, seed, segmented=impl == "segmented")
+        result = _train_rlsys(
+            factors, warm + timed, seed, segmented="auto" if impl == "auto" else False
+        )
     else:
         from benchmarks.baselines import A2CSetup
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rlsys.errors import UsageError
 
 ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
+SEGMENTED = {"no": False, "yes": True, "auto": "auto"}  # --segmented -> compile(segmented=)
 
 
 @dataclass
@@ -40,11 +41,12 @@ class CommonConfig:
     """Seed of parameters, actions, environments and minibatch order."""
     iterations_per_call: int = 10
     """Iterations per jitted call (progress is reported between calls)."""
-    segmented: bool = False
-    """Compile an iteration as several XLA programs (cut after its loops and gradients)
-    instead of one, run one iteration per call: on CPU its compilation needs about a third
-    less memory, which sets the process's peak for small rollouts, for iterations some 5-25%
-    slower."""
+    segmented: str = "no"
+    """Compile an iteration as several XLA programs (cut after its loops and gradients), run
+    one iteration per call: "yes", "auto" (only where compiling, not running, sets the
+    process's peak memory: small rollouts) or "no" (one program). On CPU, where compiling
+    sets the peak, that peak falls by a quarter to a third, for iterations up to a third
+    slower; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
     checkpoint_every: int = 50
     """Save checkpoint.npz every this many iterations (at the next call's end) and at the
     end; 0: only at the end."""
@@ -79,6 +81,8 @@ class CommonConfig:
             )
         if self.checkpoint_every < 0:
             raise UsageError("--checkpoint-every must be 0 or more")
+        if self.segmented not in SEGMENTED:
+            raise UsageError(f"--segmented {self.segmented!r}: choose {', '.join(SEGMENTED)}")
         for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
                      "iterations_per_call"):  # fmt: skip
             if getattr(self, name) < 1:

@@ -172,13 +172,14 @@ class Program:
         backend: str = "jax",
         debug: bool = False,
         iterations_per_call: int = 1,
-        segmented: bool = False,
+        segmented: bool | str = False,
     ):
         """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
         "ref" (the point-by-point reference interpreter). `debug=True` verifies the IR after
         every pass; `iterations_per_call=K` runs K iterations per jitted call;
-        `segmented=True` compiles an iteration as several XLA programs, cut after each loop
-        and gradient, run one iteration per call: less memory to compile, a little slower."""
+        `segmented=True` compiles an iteration as several XLA programs, cut after its loops
+        and gradients, run one iteration per call: less memory to compile, a little slower;
+        "auto" only where compiling, not running, would set the peak memory."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,

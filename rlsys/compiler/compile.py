@@ -82,7 +82,7 @@ class ReferenceExecutable:
 
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
                   debug: bool = False, iterations_per_call: int = 1,
-                  segmented: bool = False):  # fmt: skip
+                  segmented: bool | str = False):  # fmt: skip
     if backend not in BACKENDS:
         raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bound_values = bind_bounds(graph, bounds)

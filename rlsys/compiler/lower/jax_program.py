@@ -15,9 +15,11 @@ function. A program with host ops (a gymnasium environment) runs its loops that 
 from the host instead, with jitted segments in between (`jax_staged.py`), one iteration per
 call. So does a program compiled `segmented=True`, its segments cut after its loops and
 gradients: on CPU, several smaller XLA programs need less memory to compile than one
-(about a third less for the A2C scaling sweep's small points), for some speed. Everything
-is traced and compiled by the constructor, so a bad program fails at `compile()`, never
-inside `run()`.
+(about a third less for the A2C scaling sweep's small points), for some speed.
+`segmented="auto"` keeps the segments only where compiling sets the peak: when a segment's
+temporaries exceed LARGE_TEMPORARIES, running will need more than compiling, and the
+program is compiled again, unsegmented. Everything is traced and compiled by the
+constructor, so a bad program fails at `compile()`, never inside `run()`.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
-from rlsys.compiler.lower.memory_schedule import compile_frugally
+from rlsys.compiler.lower.memory_schedule import LARGE_TEMPORARIES, compile_frugally, temporaries
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
@@ -126,31 +128,49 @@ class JaxExecutable:
 
     def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
                  specs: Mapping[str, InputSpec], host_loop: bool = True,
-                 iterations_per_call: int = 1, segmented: bool = False) -> None:  # fmt: skip
+                 iterations_per_call: int = 1, segmented: bool | str = False) -> None:  # fmt: skip
         self.ir, self.bounds, self.schedule, self.input_specs = graph, bounds, schedule, specs
         if iterations_per_call < 1:
             raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
-        self.iterations_per_call = iterations_per_call
+        if segmented not in (False, True, "auto"):
+            raise RecurrenceError(f"segmented must be False, True or 'auto', got {segmented!r}")
         self.pass_timings: list = []
-        abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in specs.items()}
         loops = [k for k, s in enumerate(schedule.steps)
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
         self.host_loop = host_loop and len(loops) == 1
-        # Run as jitted segments from the host: for host ops, or asked for (`segmented`)
-        self.segmented = segmented
-        self.staged = segmented or any(has_host(graph, step) for step in schedule.steps)
+        self._staged_parts: list[StagedSteps] = []
+        self._compile(iterations_per_call, loops, cut=bool(segmented))
+        if segmented == "auto" and self._largest_segment_temporaries() > LARGE_TEMPORARIES:
+            # Running, not compiling, sets the peak: one program needs less to run, and is
+            # faster (segments recompute what a gradient's re-run shares with earlier steps).
+            self._compile(iterations_per_call, loops, cut=False)
+
+    def _compile(self, iterations_per_call: int, loops: list[int], cut: bool) -> None:
+        """Trace and compile: as segments run from the host (for host ops, or `cut`: see
+        `jax_staged.py`), else as jitted calls of whole iterations, or one jitted function."""
+        self.iterations_per_call = iterations_per_call
+        self.segmented = cut
+        self.staged = cut or any(has_host(self.ir, step) for step in self.schedule.steps)
+        self._staged_parts = []
+        abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in self.input_specs.items()}
         if self.host_loop and self.staged:
             _traced(partial(self._compile_staged_loop, abstract, loops[0]))
         elif self.host_loop:
             _traced(partial(self._compile_host_loop, abstract, loops[0]))
         elif self.staged:
             staged = _traced(
-                lambda: StagedSteps(self._context(abstract), schedule.steps, cut=segmented)
+                lambda: StagedSteps(self._context(abstract), self.schedule.steps, cut=cut)
             )
+            self._staged_parts = [staged]
             self._compiled = partial(self._run_staged, staged)
         else:
             whole = jax.jit(self._whole)
             self._compiled = _traced(lambda: compile_frugally(whole.lower(abstract)))
+
+    def _largest_segment_temporaries(self) -> int:
+        """Bytes of temporaries of the compiled segment that needs the most (0 if none)."""
+        return max((temporaries(segment.compiled) for part in self._staged_parts
+                    for segment in part.segments()), default=0)  # fmt: skip
 
     # -- one jitted function ----------------------------------------------------------------
     def _whole(self, inputs):
@@ -178,6 +198,7 @@ class JaxExecutable:
         after = ctx.child()
         loop = StagedLoop(after, self._loop, stacked=False, cut=cut)  # outputs after every call
         epilogue = StagedSteps(after, self._post, cut=cut)
+        self._staged_parts = [prologue, loop.body, epilogue]
         self._carry0 = loop.initial_carry
         self.iterations_per_call = 1
 

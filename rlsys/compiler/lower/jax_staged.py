@@ -18,9 +18,8 @@ its steps need: values computed earlier, windows of the enclosing host loops, th
 
 *Segmented* compilation (`cut=True`) also ends segments after the loops and gradients of a
 step list (`_cuts`), for a program without host ops too: XLA:CPU keeps the compiler state
-of every fused kernel
-of a program until the whole program is compiled (about 1 MiB each), so several smaller
-programs peak lower than one (`JaxExecutable`'s `segmented`).
+of every fused kernel of a program until the whole program is compiled (about 1 MiB each),
+so several smaller programs peak lower than one (`JaxExecutable`'s `segmented`).
 
 Everything is traced and compiled once, by an abstract pass at construction in which values
 are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `compile()`.
@@ -29,7 +28,7 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -222,6 +221,14 @@ class StagedSteps:
         if finish is not None or pending:
             self.parts.append(Segment(ctx, pending, None, finish, stacks))
 
+    def segments(self) -> Iterator[Segment]:
+        """Every compiled segment, those of nested host loops too."""
+        for part in self.parts:
+            if isinstance(part, Segment):
+                yield part
+            else:
+                yield from part.body.segments()
+
     def run(self, ctx: Context, carry: dict | None = None,
             stacks: dict | None = None) -> tuple[dict, dict] | None:  # fmt: skip
         """Run the steps on `ctx`; as a loop body, return the loop's next carry and stacks."""
@@ -382,9 +389,9 @@ _on_device = jax.jit(lambda index: index)
 
 class StagedLoop:
     """A loop run one step at a time from Python: one containing a host op, or the iteration
-    loop of a segmented program. `run` keeps each
-    step's values on the device, in stacks the step's last segment writes; `step` (for a
-    caller that wants them after every step) returns them instead."""
+    loop of a segmented program. `run` keeps each step's values on the device, in stacks the
+    step's last segment writes; `step` (for a caller that wants them after every step)
+    returns them instead."""
 
     def __init__(self, ctx: Context, loop: Loop, stacked: bool = True, cut: bool = False) -> None:
         self.loop = loop

@@ -25,7 +25,8 @@ LARGE_TEMPORARIES = 128 * 2**20  # bytes: about what compiling an A2C iteration 
 MEMORY_SCHEDULER = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 
-def _temporaries(compiled) -> int:
+def temporaries(compiled) -> int:
+    """Bytes of temporary buffers a call of the compiled program allocates."""
     analysis = compiled.memory_analysis()
     return getattr(analysis, "temp_size_in_bytes", 0) if analysis is not None else 0
 
@@ -34,8 +35,8 @@ def compile_frugally(lowered) -> jax.stages.Compiled:
     """`lowered.compile()`, or on CPU, for a program with large temporaries, its compilation
     with the memory scheduler when that needs fewer."""
     compiled = lowered.compile()
-    needed = _temporaries(compiled)
+    needed = temporaries(compiled)
     if jax.default_backend() != "cpu" or needed <= LARGE_TEMPORARIES:
         return compiled
     frugal = lowered.compile(compiler_options=MEMORY_SCHEDULER)
-    return frugal if _temporaries(frugal) < needed else compiled
+    return frugal if temporaries(frugal) < needed else compiled
