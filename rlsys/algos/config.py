@@ -45,8 +45,8 @@ class CommonConfig:
     """Compile an iteration as several XLA programs (cut after its loops and gradients), run
     one iteration per call: "yes", "auto" (only where compiling, not running, sets the
     process's peak memory: small rollouts) or "no" (one program). On CPU, where compiling
-    sets the peak, that peak falls by a quarter to a third, for iterations up to a third
-    slower; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
+    sets the peak, that peak falls by a quarter to a third, for iterations up to about 1.4x
+    as long; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
     checkpoint_every: int = 50
     """Save checkpoint.npz every this many iterations (at the next call's end) and at the
     end; 0: only at the end."""
