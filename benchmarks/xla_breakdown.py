@@ -2,6 +2,7 @@
 
     python benchmarks/xla_breakdown.py ppo      # PPO, gymnax CartPole, the ppo_cartpole setup
     python benchmarks/xla_breakdown.py sweep    # A2C, trivial env, scaling_sweep's base point
+    python benchmarks/xla_breakdown.py sweep --layers 4   # another point of the sweep
 
 XLA:CPU runs a compiled program as a sequence of *thunks* (a loop fusion, a library dot, a
 while loop, ...), each named after its HLO instruction. With `--xla_cpu_enable_xprof_traceme`
@@ -34,6 +35,7 @@ from pathlib import Path
 import jax
 
 TRACE_FLAG = "--xla_cpu_enable_xprof_traceme=true"
+SWEEP_BASE = {"envs": 256, "episode": 250, "width": 64, "layers": 2}  # scaling_sweep's BASE
 
 _HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = (.*)$")
@@ -71,8 +73,8 @@ def describe(instruction: str) -> str:
     return text
 
 
-def build(workload: str, iterations: int):
-    """The compiled program: PPO with 10 iterations per call, or A2C with one."""
+def build(workload: str, iterations: int, point: dict[str, int]):
+    """The compiled program: PPO with 10 iterations per call, or A2C with one at `point`."""
     if workload == "ppo":
         from rlsys.algos.config import PPOConfig
         from rlsys.algos.ppo import build_ppo
@@ -84,9 +86,10 @@ def build(workload: str, iterations: int):
         from rlsys.algos.a2c import build_a2c
         from rlsys.algos.config import A2CConfig
 
-        steps = 256 * 250  # 256 envs, one episode of 250 steps per iteration
-        config = A2CConfig(env="trivial:16:250", num_envs=256, num_steps=250,
-                           total_steps=iterations * steps,
+        envs, episode = point["envs"], point["episode"]  # one episode of every env
+        config = A2CConfig(env=f"trivial:16:{episode}", num_envs=envs, num_steps=episode,
+                           total_steps=iterations * envs * episode,
+                           hidden_size=point["width"], hidden_layers=point["layers"],
                            iterations_per_call=1).validate()  # fmt: skip
         built = build_a2c(config)
     return built.program.compile(bounds=built.bounds,
@@ -124,12 +127,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workload", choices=("ppo", "sweep"))
     parser.add_argument("--top", type=int, default=25, help="thunks listed (default 25)")
+    for factor, value in SWEEP_BASE.items():
+        parser.add_argument(f"--{factor}", type=int, default=value,
+                            help=f"sweep only: the scaling sweep's {factor} (default {value})")  # fmt: skip
     args = parser.parse_args()
     # Read once, when the first computation starts the backend: nothing has run yet.
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_FLAG}".strip()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys from this checkout
     warm, window = (20, 30) if args.workload == "ppo" else (3, 8)
-    exe = build(args.workload, warm + window + 10)
+    point = {factor: getattr(args, factor) for factor in SWEEP_BASE}
+    exe = build(args.workload, warm + window + 10, point)
     texts = exe.optimized_hlo()
     owner, body, labels = parse_hlo(next(iter(texts.values())))
     with tempfile.TemporaryDirectory() as folder:

@@ -28,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-from rlsys.compiler.autodiff import path_nodes
+from rlsys.compiler.autodiff import path_nodes, rerun_reads
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
+from rlsys.compiler.lower.chunked_grad import chunk_values, row_chunking, summed_over_chunks
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, constant_index, index_on, is_same_point, plan
@@ -498,8 +499,8 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
         inside = [p for p, s in zip(parts, starts, strict=True) if start <= s < stop]
         return inside[0] if len(inside) == 1 else jnp.concatenate(inside, axis=axis)
 
-    def loss_of(*parts):
-        inner = ctx.child()
+    def loss_of(base: Context, *parts):
+        inner = base.child()
         inner.loss_grads = {}  # the loss here is the plain forward pass
         whole = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
         inner.values[param_edge.node] = Value(whole, param.axes)
@@ -510,8 +511,26 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
         return inner.values[loss_edge.node].array
 
     pieces = jnp.split(param.array, cuts, axis=axis) if cuts else [param.array]
-    loss, pullback = jax.vjp(loss_of, *pieces)
-    grads = pullback(jnp.ones_like(loss))
+
+    def loss_and_grads(base: Context):
+        loss, pullback = jax.vjp(partial(loss_of, base), *pieces)
+        return loss, pullback(jnp.ones_like(loss))
+
+    chunking = row_chunking(ctx.graph, ctx.bounds, node, path, steps, ctx.values, ctx.windows)
+    if chunking is None:
+        loss, grads = loss_and_grads(ctx)
+    else:  # the same sum (or mean) over points, a chunk of points at a time
+        reads = rerun_reads(ctx.graph, path, param_edge.node, loop_dims)
+        extent = ctx.extent(chunking.dim)
+
+        def run_chunk(start, size: int):
+            chunk = ctx.child()
+            chunk.bounds = {**ctx.bounds, chunking.dim.bound: size}
+            chunk.values.update(chunk_values(ctx.values, chunking.dim, start, size, reads))
+            return loss_and_grads(chunk)
+
+        shapes = jax.eval_shape(lambda: run_chunk(0, extent // chunking.count))
+        loss, grads = summed_over_chunks(chunking, extent, run_chunk, shapes)
     grad = grads[0] if len(grads) == 1 else jnp.concatenate(grads, axis=axis)
     return Value(loss, loss_axes[-1]), Value(grad, param.axes)
 

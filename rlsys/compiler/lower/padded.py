@@ -30,7 +30,7 @@ from rlsys.compiler.rules.base import normalize_axes
 from rlsys.compiler.rules.elementwise import ARITHMETIC, COMPARISON, UNARY
 from rlsys.compiler.rules.reduce import REDUCTIONS
 
-ELEMENTWISE = {*UNARY, *ARITHMETIC, *COMPARISON, "where", "cast"}
+ELEMENTWISE = {*UNARY, *ARITHMETIC, *COMPARISON, "where", "cast", "integer_pow"}
 
 
 def variable_axes(node: Node) -> dict[int, IndexExpr]:

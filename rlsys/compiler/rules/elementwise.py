@@ -93,3 +93,4 @@ register("where", _where_infer, jnp.where)
 # Its JAX lowering is its own (lazy.py); `rows` only says how it computes.
 register("lazy_where", _where_infer, lambda mask, a, b, rows=None: jnp.where(mask, a, b))
 register("cast", _cast_infer, lambda x, dtype: x.astype(dtype))
+register("integer_pow", _same, lambda x, y: jax.lax.integer_pow(x, y))  # x ** 2.0 and the like
