@@ -128,8 +128,8 @@ def main() -> None:
     parser.add_argument("workload", choices=("ppo", "sweep"))
     parser.add_argument("--top", type=int, default=25, help="thunks listed (default 25)")
     for factor, value in SWEEP_BASE.items():
-        parser.add_argument(f"--{factor}", type=int, default=value,
-                            help=f"sweep only: the scaling sweep's {factor} (default {value})")  # fmt: skip
+        help = f"sweep only: the scaling sweep's {factor} (default {value})"
+        parser.add_argument(f"--{factor}", type=int, default=value, help=help)
     args = parser.parse_args()
     # Read once, when the first computation starts the backend: nothing has run yet.
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_FLAG}".strip()
