@@ -68,6 +68,7 @@ def test_chunked_gradient_equals_the_whole_one(reduce: str, mix_points: bool) ->
 
 def test_chunk_count_brings_chunks_near_the_target() -> None:
     assert chunked_grad._chunk_count(256, 64_000, 8192) == 8  # 8,000 points a chunk
+    assert chunked_grad._chunk_count(256, 64_000, 4096) == 16  # 4,000
     assert chunked_grad._chunk_count(256, 64_000, 2048) == 32  # 2,000
     assert chunked_grad._chunk_count(250, 64_000, 8192) == 10  # along t: 6,400
-    assert chunked_grad._chunk_count(7, 70_000, 8192) == 7  # a prime extent: all or nothing
+    assert chunked_grad._chunk_count(7, 70_000, 8192) == 7  # a prime extent: one point each

@@ -7,9 +7,11 @@ over all of them (64,000 rows of 64 floats: 16 MB) go out to memory in the forwa
 come back in the backward one, and XLA:CPU's weight-gradient products Xᵀ·dY over that many
 rows run at half the speed of the forward products. The same gradient is the sum of the
 gradients over chunks of the points (the mean's: their mean), so here the re-run goes chunk
-by chunk in a loop, a few thousand rows each, whose activations stay in the CPU's caches.
-The scaling sweep's iteration at 4 layers: 177 ms before, 136–158 ms after, and at width 256
-140 MiB less memory (`benchmarks/RESULTS.md`, "Sixteenth and seventeenth sessions").
+by chunk in a loop, a few thousand rows each (about 4,000 at width 64), whose activations stay in
+the CPU's caches.
+The scaling sweep's iteration, compiled both ways in one process and run alternating: 4
+layers 137 ms whole, 123 chunked; 512 envs 122 and 104; episodes of 500 steps 135 and 114
+(`benchmarks/RESULTS.md`, "Sixteenth and seventeenth sessions").
 
 It applies when nothing on the re-run's path mixes points along the chunked dim except the
 final gather into the mean or sum: every other read along it is at the same point, so each
@@ -28,7 +30,11 @@ from rlsys.compiler.index import Dim, Slice, as_expr
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.schedule import Compute, is_same_point
 
-CHUNK_BYTES = 2 * 2**20  # the widest activation over one chunk: about a CPU's L2 cache
+CHUNK_BYTES = 2**20  # the widest activation over one chunk: about a CPU's L2 cache
+WHOLE_BYTES = 4 * 2**20  # a widest activation over all points under this stays whole
+# Wider layers' products are compute-bound and run slower on short chunks: at the sweep's
+# width=256 point, 487 ms per iteration chunked against 438 whole (one process, alternating).
+MAX_WIDTH = 128
 MIN_ROWS, MAX_ROWS = 1024, 8192  # points per chunk
 
 
@@ -58,8 +64,8 @@ def row_chunking(graph: Graph, bounds, grad_node, path: set[int], steps, values,
     widest = max(math.prod(_ints(graph[n].shape)) for n in path
                  if set(whole) <= set(graph[n].domain))  # fmt: skip
     target = min(MAX_ROWS, max(MIN_ROWS, CHUNK_BYTES // (4 * max(widest, 1))))
-    if rows < 2 * target:
-        return None  # a chunk or two: not worth a loop
+    if rows < 2 * target or 4 * rows * widest < WHOLE_BYTES or widest > MAX_WIDTH:
+        return None  # cached as it is, or a chunk or two: the loop would cost compile memory
     for dim in whole:
         if _splittable(graph, dim, path - {gather.id, loss.id}, values, windows):
             count = _chunk_count(bounds[dim.bound], rows, target)
