@@ -21,7 +21,7 @@ chunk's loss depends on its own points only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import jax
 import jax.numpy as jnp
@@ -110,26 +110,19 @@ def _chunk_count(extent: int, rows: int, target: int) -> int:
 
 def chunk_values(values, dim: Dim, start, size: int, reads) -> dict:
     """The values `reads` with their axis along dim cut to [start, start + size)."""
-    out = {}
-    for n in reads:
-        value = values.get(n)
-        if value is not None and dim in value.axes:
-            axis = value.axes.index(dim)
-            array = jax.lax.dynamic_slice_in_dim(value.array, start, size, axis)
-            out[n] = type(value)(array, value.axes)
-    return out
+    return {
+        n: replace(value, array=jax.lax.dynamic_slice_in_dim(
+            value.array, start, size, value.axes.index(dim)))
+        for n in reads
+        if (value := values.get(n)) is not None and dim in value.axes
+    }  # fmt: skip
 
 
-def summed_over_chunks(chunking: Chunking, extent: int, run_chunk, shapes):
-    """Sum (or mean) over the chunks of `run_chunk(start, size)`'s outputs (a pytree shaped
-    like `shapes`), in a loop: one chunk's work at a time."""
+def summed_over_chunks(chunking: Chunking, extent: int, run_chunk):
+    """Sum (or mean) over the chunks of `run_chunk(start, size)`'s outputs (a pytree), in a
+    loop: one chunk's work at a time."""
     size = extent // chunking.count
-
-    def body(k, total):
-        return jax.tree.map(jnp.add, total, run_chunk(k * size, size))
-
-    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    total = jax.lax.fori_loop(0, chunking.count, body, zeros)
-    if chunking.mean:
-        total = jax.tree.map(lambda x: x / chunking.count, total)
-    return total
+    _, per_chunk = jax.lax.scan(lambda carry, k: (carry, run_chunk(k * size, size)), None,
+                                jnp.arange(chunking.count))  # fmt: skip
+    reduce = jnp.mean if chunking.mean else jnp.sum
+    return jax.tree.map(lambda stacked: reduce(stacked, axis=0), per_chunk)

@@ -529,8 +529,7 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
             chunk.values.update(chunk_values(ctx.values, chunking.dim, start, size, reads))
             return loss_and_grads(chunk)
 
-        shapes = jax.eval_shape(lambda: run_chunk(0, extent // chunking.count))
-        loss, grads = summed_over_chunks(chunking, extent, run_chunk, shapes)
+        loss, grads = summed_over_chunks(chunking, extent, run_chunk)
     grad = grads[0] if len(grads) == 1 else jnp.concatenate(grads, axis=axis)
     return Value(loss, loss_axes[-1]), Value(grad, param.axes)
 
