@@ -99,3 +99,40 @@ def _scheduled_instructions(hlo: str) -> list[str]:
         elif not inside_fusion:
             lines.append(line)
     return lines
+
+
+def several_kept_values():
+    """A recurrence over t whose members x and h (3 floats a step each), a (an int) and w
+    (3 x 2048 floats) are all read after the loop."""
+    prog = rt.Program(dims=("i", "t"))
+    i, t = prog.dims
+    with prog:
+        c = rt.input("c", shape=(3,), domain=(i,))
+        x = rt.placeholder(shape=(3,), domain=(i, t), name="x")
+        h = x * 0.5
+        a = h.argmax()
+        w = (h.reshape(3, 1) * rt.const(np.ones((1, 2048), "float32"))).tanh()
+        x[i, 0] = c
+        x[i, t + 1] = (h.tanh() + a.astype("float32") * 0.01 + w.sum(axis=1) * 1e-4)[i, t]
+        prog.output("x", x)
+        prog.output("h", h)
+        prog.output("a", a)
+        prog.output("w", w.sum())
+    return prog
+
+
+def test_a_loop_writes_its_small_kept_values_as_one_row_per_dtype() -> None:
+    # Each stacked value is a dynamic-update-slice thunk per step, about a microsecond each
+    # on CPU: the small ones go packed, one row per dtype (`PACKED_BYTES`: x and h in one
+    # f32 row, a in an s32 one), the wide one (3 x 2048 floats a step) as it is.
+    c = np.random.default_rng(3).normal(size=(2, 3)).astype("float32")
+    bounds = {"I": 2, "T": T}
+    exe = several_kept_values().compile(bounds=bounds)
+    expected = several_kept_values().compile(bounds=bounds, backend="ref").run({"c": c})
+    out = exe.run({"c": c})
+    for name in expected:
+        np.testing.assert_allclose(out[name], expected[name], rtol=1e-5)
+    (hlo,) = exe.optimized_hlo().values()
+    writes = [match.group(1) for line in _scheduled_instructions(hlo)
+              if (match := re.search(r"%\S*dynamic-update-slice\S* = (\w+)\[", line))]  # fmt: skip
+    assert sorted(writes) == ["f32", "f32", "s32"]

@@ -3,9 +3,10 @@
 A `Loop` over d runs its body once per index of d (reversed for recurrences that read later
 points). Values a member reads at `d - k` come from a window of its last k values carried
 from step to step; values read after the loop (by later steps, outputs, or a gradient's
-re-run) are stacked over d, except those read after it only at its last step whose window
-already carries that value (the parameters after a run of minibatch updates): the loop's
-final carry holds them, and nothing is stacked. Inside a jitted function the loop is a
+re-run) are stacked over d (the small ones packed into one stack per dtype), except those
+read after it only at its last step whose window already carries that value (the parameters
+after a run of minibatch updates): the loop's final carry holds them, and nothing is
+stacked. Inside a jitted function the loop is a
 `lax.scan`; the outermost loop over the iteration dimension can instead run on the host, one
 jitted call per iteration (`jax_program.py`), with the same `LoopPlan`.
 """
@@ -23,6 +24,7 @@ import numpy as np
 from rlsys.compiler.index import Dim
 from rlsys.compiler.ir import Node, concrete_shape
 from rlsys.compiler.lower.jax import Context, Value, Window, compute_node, in_order
+from rlsys.compiler.lower.packing import Packing
 from rlsys.compiler.schedule import (
     Compute,
     Loop,
@@ -31,6 +33,8 @@ from rlsys.compiler.schedule import (
     index_on,
     is_same_point,
 )
+
+PACKED_BYTES = 2**14  # kept values up to this size at one step are stacked packed
 
 
 def run_steps(ctx: Context, steps) -> None:
@@ -240,6 +244,29 @@ def run_loop(ctx: Context, loop: Loop) -> None:
     at_end = _carried_to_the_end(ctx, loop, plan)
     plan = dataclasses.replace(plan, kept=plan.kept - at_end)
     inputs = plan.scan_inputs(0, ctx.extent(loop.dim))
-    carry, stacked = jax.lax.scan(plan.body, plan.initial_carry(), inputs, reverse=loop.reverse)
+    packings: list[Packing] = []  # the small kept values' packing, set when tracing the body
+
+    def step(carry, inputs):
+        carry, kept = plan.body(carry, inputs)
+        return carry, _packed_small(kept, packings)
+
+    carry, (packed, stacked) = jax.lax.scan(step, plan.initial_carry(), inputs,
+                                            reverse=loop.reverse)  # fmt: skip
+    if packed:
+        stacked |= Packing(packings[-1].shapes, rows=ctx.extent(loop.dim)).unpack(packed)
     plan.store(stacked)
     plan.store_final(carry, at_end)
+
+
+def _packed_small(kept: dict[int, Any], packings: list[Packing]) -> tuple[tuple, dict[int, Any]]:
+    """A step's kept values as the scan stacks them: those of at most PACKED_BYTES in one
+    flat row per dtype (`packing.py`; its layout appended to `packings`), the others as they
+    are. Every stacked array is a dynamic-update-slice per step, about a microsecond each
+    on XLA:CPU: PPO's acting step on 8 gymnax CartPoles wrote 3 float stacks and an int one
+    (24 XLA thunks a step in all); packed, 4.73 instead of 4.86 ms per iteration (12 rounds
+    alternating in one process; another 8 rounds 5.12 and 5.35)."""
+    small = {m: a for m, a in kept.items() if a.size * a.dtype.itemsize <= PACKED_BYTES}
+    if len(small) < 2:
+        return (), kept
+    packings.append(Packing({m: jax.ShapeDtypeStruct(a.shape, a.dtype) for m, a in small.items()}))
+    return packings[-1].pack(small), {m: a for m, a in kept.items() if m not in small}

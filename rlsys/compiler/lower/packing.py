@@ -26,7 +26,7 @@ class Packing:
     """Where each named array lives: its dtype's buffer, an offset and a size in it."""
 
     def __init__(self, shapes: Mapping[Hashable, Any], rows: int | None = None) -> None:
-        self.rows = rows
+        self.rows, self.shapes = rows, dict(shapes)
         self.dtypes = sorted({np.dtype(s.dtype) for s in shapes.values()}, key=str)
         sizes = dict.fromkeys(self.dtypes, 0)
         self.places: dict[Hashable, tuple[int, int, int, tuple[int, ...]]] = {}
