@@ -74,7 +74,7 @@ def test_auto_keeps_the_segments_of_an_iteration_with_small_temporaries(monkeypa
     executable = built.program.compile(bounds=built.bounds, segmented="auto")
     assert executable.segmented and executable.iterations_per_call == 1
     # Temporaries above the threshold: running sets the peak, so one program is compiled.
-    monkeypatch.setattr(jax_program, "LARGE_TEMPORARIES", -1)
+    monkeypatch.setattr(jax_program, "SEGMENTED_TEMPORARIES", -1)
     built = small_a2c("trivial:4:6")
     executable = built.program.compile(bounds=built.bounds, iterations_per_call=3,
                                        segmented="auto")  # fmt: skip

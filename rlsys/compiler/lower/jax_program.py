@@ -16,9 +16,9 @@ from the host instead, with jitted segments in between (`jax_staged.py`), one it
 call. So does a program compiled `segmented=True`, its segments cut after its loops and
 gradients: on CPU, several smaller XLA programs need less memory to compile than one
 (about a third less for the A2C scaling sweep's small points), for some speed.
-`segmented="auto"` keeps the segments only where compiling sets the peak: when a segment's
-temporaries exceed LARGE_TEMPORARIES, running will need more than compiling, and the
-program is compiled again, unsegmented. Everything is traced and compiled by the
+`segmented="auto"` keeps the segments only where compiling clearly sets the peak: when a
+segment's temporaries exceed SEGMENTED_TEMPORARIES, running needs much of what compiling
+does, and the program is compiled again, unsegmented. Everything is traced and compiled by the
 constructor, so a bad program fails at `compile()`, never inside `run()`.
 """
 
@@ -41,7 +41,7 @@ from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
-from rlsys.compiler.lower.memory_schedule import LARGE_TEMPORARIES, compile_frugally, temporaries
+from rlsys.compiler.lower.memory_schedule import compile_frugally, temporaries
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
@@ -49,6 +49,14 @@ from rlsys.compiler.sinks import Sink, fire, fire_all, is_sink_output
 from rlsys.compiler.stages import has_host
 
 IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
+
+# `segmented="auto"` keeps the segments when the largest one's temporaries are below this.
+# Compiling one program holds about 1 MiB per fused kernel. On the scaling sweep, segments
+# lowered the process's peak by 83-110 MiB at the points whose largest segment needs 16-48
+# MiB of temporaries, but by 44-46 MiB at those needing 65 MiB (envs=512, episode=500),
+# where running sets more of the peak, and there they cost 10-15% in speed (envs=512: 116
+# against 103 ms per iteration, alternating in one process).
+SEGMENTED_TEMPORARIES = 56 * 2**20
 
 
 @dataclass(frozen=True)
@@ -140,9 +148,10 @@ class JaxExecutable:
         self.host_loop = host_loop and len(loops) == 1
         self._staged_parts: list[StagedSteps] = []
         self._compile(iterations_per_call, loops, cut=bool(segmented))
-        if segmented == "auto" and self._largest_segment_temporaries() > LARGE_TEMPORARIES:
-            # Running, not compiling, sets the peak: one program needs less to run, and is
-            # faster (segments recompute what a gradient's re-run shares with earlier steps).
+        if segmented == "auto" and self._largest_segment_temporaries() > SEGMENTED_TEMPORARIES:
+            # Running sets much of the peak: segments would save little memory, and one
+            # program is faster (segments recompute what a gradient's re-run shares with
+            # earlier steps).
             self._compile(iterations_per_call, loops, cut=False)
 
     def _compile(self, iterations_per_call: int, loops: list[int], cut: bool) -> None:
