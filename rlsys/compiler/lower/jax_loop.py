@@ -6,9 +6,9 @@ from step to step; values read after the loop (by later steps, outputs, or a gra
 re-run) are stacked over d (the small ones packed into one stack per dtype), except those
 read after it only at its last step whose window already carries that value (the parameters
 after a run of minibatch updates): the loop's final carry holds them, and nothing is
-stacked. Inside a jitted function the loop is a
-`lax.scan`; the outermost loop over the iteration dimension can instead run on the host, one
-jitted call per iteration (`jax_program.py`), with the same `LoopPlan`.
+stacked. Inside a jitted function the loop is a `lax.scan`; the outermost loop over the
+iteration dimension can instead run on the host, one jitted call per iteration
+(`jax_program.py`), with the same `LoopPlan`.
 """
 
 from __future__ import annotations

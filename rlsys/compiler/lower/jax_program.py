@@ -18,8 +18,8 @@ gradients: on CPU, several smaller XLA programs need less memory to compile than
 (about a third less for the A2C scaling sweep's small points), for some speed.
 `segmented="auto"` keeps the segments only where compiling clearly sets the peak: when a
 segment's temporaries exceed SEGMENTED_TEMPORARIES, running needs much of what compiling
-does, and the program is compiled again, unsegmented. Everything is traced and compiled by the
-constructor, so a bad program fails at `compile()`, never inside `run()`.
+does, and the program is compiled again, unsegmented. Everything is traced and compiled by
+the constructor, so a bad program fails at `compile()`, never inside `run()`.
 """
 
 from __future__ import annotations
