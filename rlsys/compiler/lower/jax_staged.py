@@ -27,7 +27,6 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -47,7 +46,7 @@ from rlsys.compiler.lower.jax import (
     in_domain_order,
 )
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
-from rlsys.compiler.lower.packing import PackedStacks, Packing
+from rlsys.compiler.lower.packing import PackedStacks, Packing, nbytes
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.schedule import Compute, Loop, Step
 from rlsys.compiler.stages import has_host
@@ -262,7 +261,7 @@ class Rotated:
         self.at, self.arrange = first.loop_dims.index(loop.dim), arrange
         self.started = sorted(first.out_axes)  # A's values: what B (and the last step) read
         reads = self._reads(ctx, carry)
-        self.large = {k for k, a in reads.items() if _nbytes(a) > _PACKED_CONSTANT_BYTES}
+        self.large = {k for k, a in reads.items() if nbytes(a) > _PACKED_CONSTANT_BYTES}
         constants, large = self._split(reads)
         self.constants = Packing(constants)
         self.state = Packing(self._state(carry, {n: ctx.values[n].array for n in self.started}))
@@ -371,10 +370,6 @@ class Rotated:
             self.second.operation, self._finish,
             stacks, state, result, previous, constants, large, inner.inputs,
         )  # fmt: skip
-
-
-def _nbytes(array: Any) -> int:
-    return math.prod(np.shape(array)) * np.dtype(array.dtype).itemsize
 
 
 _PACKED_CONSTANT_BYTES = 1 << 16  # larger constants are passed unpacked (see Rotated)

@@ -22,6 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def nbytes(array: Any) -> int:
+    """The bytes of an array (or a `ShapeDtypeStruct`, a tracer): what decides whether it is
+    worth packing."""
+    return math.prod(np.shape(array)) * np.dtype(array.dtype).itemsize
+
+
 class Packing:
     """Where each named array lives: its dtype's buffer, an offset and a size in it."""
 
