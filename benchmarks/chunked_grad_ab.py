@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys and benchmarks
 
+import jax
+
 from benchmarks.cases.scaling_sweep import OBS_SIZE, grid
 from rlsys.algos.a2c import build_a2c
 from rlsys.algos.config import A2CConfig
@@ -40,6 +42,7 @@ def compile_variant(point: dict[str, int], chunk_bytes: int | None):
     else:
         chunked_grad.CHUNK_BYTES, chunked_grad.WHOLE_BYTES = chunk_bytes, 0
         chunked_grad.MAX_WIDTH = 1 << 30
+        chunked_grad.CHUNKED_BACKENDS = (jax.default_backend(),)
     try:
         envs, episode = point["envs"], point["episode"]
         config = A2CConfig(env=f"trivial:{OBS_SIZE}:{episode}", num_envs=envs,

@@ -72,3 +72,15 @@ def test_chunk_count_brings_chunks_near_the_target() -> None:
     assert chunked_grad._chunk_count(256, 64_000, 2048) == 32  # 2,000
     assert chunked_grad._chunk_count(250, 64_000, 8192) == 10  # along t: 6,400
     assert chunked_grad._chunk_count(7, 70_000, 8192) == 7  # a prime extent: one point each
+
+
+def test_backends_outside_chunked_backends_run_the_gradient_whole(monkeypatch) -> None:
+    # On a GPU the chunk loop only adds launches (slower at every sweep point on an H200).
+    monkeypatch.setattr(chunked_grad, "CHUNKED_BACKENDS", ("gpu",))
+    w1, w2, xs = _data()
+    exe = _program("mean", mix_points=False)
+    out = exe.run({"w1": w1, "w2": w2, "x": xs})
+    loss, grad = _expected("mean", False, w1, w2, xs)
+    np.testing.assert_allclose(out["loss"], loss, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["g"], grad, rtol=1e-3, atol=1e-6)
+    assert "while(" not in "\n".join(exe.optimized_hlo().values())

@@ -12,6 +12,9 @@ the CPU's caches.
 The scaling sweep's iteration, compiled both ways in one process and run alternating: 4
 layers 137 ms whole, 123 chunked; 512 envs 122 and 104; episodes of 500 steps 135 and 114
 (`benchmarks/RESULTS.md`, "Sixteenth and seventeenth sessions").
+On a GPU the loop only adds launches and loop-condition round trips: on an H200 every sweep
+point ran 11-25% slower chunked (`benchmarks/gpu/device_check.sh chunks`), so only the
+backends in `CHUNKED_BACKENDS` chunk.
 
 It applies when nothing on the re-run's path mixes points along the chunked dim except the
 final gather into the mean or sum: every other read along it is at the same point, so each
@@ -36,6 +39,7 @@ WHOLE_BYTES = 4 * 2**20  # a widest activation over all points under this stays 
 # width=256 point, 487 ms per iteration chunked against 438 whole (one process, alternating).
 MAX_WIDTH = 128
 MIN_ROWS, MAX_ROWS = 1024, 8192  # points per chunk
+CHUNKED_BACKENDS = ("cpu",)  # where caches, not launches, decide (see the docstring)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Chunking:
 def row_chunking(graph: Graph, bounds, grad_node, path: set[int], steps, values,
                  windows) -> Chunking | None:  # fmt: skip
     """How to split the re-run of `grad_node`'s `path`, or None to run it whole."""
+    if jax.default_backend() not in CHUNKED_BACKENDS:
+        return None
     loss = graph[grad_node.inputs[0].node]
     if loss.op not in ("mean", "sum") or loss.param("axis") is not None:
         return None
