@@ -222,6 +222,19 @@ def test_helper_threads_work_for_the_main_threads_operation_unless_annotated() -
     assert backprop.resource_ns == {"cpu_only": 80, "gpu_only": 0, "cpu_gpu": 0, "idle": 20}
 
 
+def test_a_thread_with_only_cuda_calls_counts_only_during_them() -> None:
+    # XLA's launch threads in a JAX GPU trace: their gaps are not Python (seen on an H200)
+    p = only(
+        op("train", 0, 100), ev("fwd", C.BACKEND, 0, 40),
+        ev("cuLaunchKernel", C.CUDA_API, 10, 12, tid=201),
+        ev("cuLaunchKernel", C.CUDA_API, 80, 83, tid=201),
+    )  # fmt: skip
+    train = p.operations["train"]
+    assert train.cpu_ns["cuda_api"] == 5
+    assert train.cpu_ns["python"] == 60  # the main thread's own, after fwd
+    assert train.resource_ns["cpu_only"] == 100
+
+
 def test_main_thread_is_the_earliest_when_none_has_the_pid() -> None:
     p = only(op("late", 5, 10, tid=2), op("early", 0, 8, tid=3))
     assert p.main_tid == 3
