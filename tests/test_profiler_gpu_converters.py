@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from rlsys.profiler import breakdown
 from rlsys.profiler.collectors import jax_profiler
 from rlsys.profiler.collectors.clock import ClockReference, us_to_ns
-from rlsys.profiler.collectors.kineto import gpu_track, kineto_events, load_trace
+from rlsys.profiler.collectors.kineto import gpu_track, kineto_events, load_trace, thread_ids
 from rlsys.trace import Category, Event, ProcessInfo, Session
 
 PID, TID = 4242, 4242
@@ -82,6 +83,21 @@ def test_kineto_events_keep_cuda_api_and_gpu_work_on_the_event_clock(base, tmp_p
     assert events[1].attrs == {"correlation": 36, "kind": "kernel", "stream": 7}
     assert tracks == {(PID, gpu_track(0, 7)): "cuda:0 stream 7",
                       (PID, gpu_track(1, 13)): "cuda:1 stream 13"}  # fmt: skip
+
+
+def test_cupti_thread_ids_move_to_os_thread_ids() -> None:
+    # CUPTI's id is the low 32 bits of pthread_self(), which is Python's threading.get_ident()
+    ident = 0x7F3A_1C7E_3EC0
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID,
+         "tid": ident & 0xFFFFFFFF, "ts": 10.0, "dur": 1.0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": PID,
+         "tid": 1976932672, "ts": 20.0, "dur": 1.0},  # a thread Python does not know
+    ]}  # fmt: skip
+    events, _ = kineto_events(trace, CLOCK, PID, {ident & 0xFFFFFFFF: TID})
+    assert [e.tid for e in events] == [TID, 1976932672]
+    main = threading.main_thread()
+    assert thread_ids()[main.ident & 0xFFFFFFFF] == main.native_id
 
 
 def test_converted_events_feed_the_breakdown() -> None:

@@ -66,15 +66,16 @@ def _start_torch(torch: ModuleType) -> None:
     clock = ClockReference.now()
     profiler = profile(activities=[ProfilerActivity.CUDA])
     profiler.start()
-    atexit.register(_finish_torch, profiler, clock, Path(folder))
+    atexit.register(_finish_torch, profiler, clock, Path(folder), kineto.thread_ids())
 
 
-def _finish_torch(profiler: Any, clock: ClockReference, folder: Path) -> None:
+def _finish_torch(profiler: Any, clock: ClockReference, folder: Path, tids: dict) -> None:
     try:
         profiler.stop()
         path = folder / f"kineto-{os.getpid()}.json"
         profiler.export_chrome_trace(str(path))
-        emit(*kineto.kineto_events(kineto.load_trace(path), clock, os.getpid()))
+        tids = {**tids, **kineto.thread_ids()}  # and the threads started since
+        emit(*kineto.kineto_events(kineto.load_trace(path), clock, os.getpid(), tids))
     except Exception as err:
         _warn("torch.profiler", err)
     finally:

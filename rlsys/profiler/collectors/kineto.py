@@ -6,7 +6,7 @@ Unix-epoch ns = B + 1000 * ts (B is absent, i.e. 0, in older versions, whose ts 
 What we keep, by "cat":
 
     cuda_runtime, cuda_driver    CPU time in a CUDA call: CUDA_API on the calling thread
-                                 ("pid" and "tid" are the OS process and thread ids)
+                                 ("tid" is CUPTI's thread id: see `thread_ids`)
     kernel, gpu_memcpy,          GPU work: GPU_KERNEL on device "cuda:<args.device>", one
     gpu_memset                   track per (device, stream) (there "pid" is the device index
                                  and "tid" the stream)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +42,29 @@ def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
         return json.load(f)
 
 
+def thread_ids() -> dict[int, int]:
+    """CUPTI's thread id -> OS thread id, for this process's Python threads now alive.
+
+    With CPU activity off, Kineto leaves a CUDA call's "tid" as CUPTI recorded it, which is
+    not the OS id (seen on an H200: 478035648 in a process whose main thread was 723). CUPTI's
+    id is the low 32 bits of the calling thread's `pthread_self()` (Kineto matches it so
+    when CPU activity is on), which `threading.get_ident()` returns whole; this mapping has
+    not yet run on a GPU. Threads that Python does not know (PyTorch's autograd device
+    threads) keep CUPTI's id.
+    """
+    return {t.ident & 0xFFFFFFFF: t.native_id for t in threading.enumerate()
+            if t.ident is not None and t.native_id is not None}  # fmt: skip
+
+
 def kineto_events(
-    trace: dict[str, Any], clock: ClockReference, pid: int
+    trace: dict[str, Any], clock: ClockReference, pid: int, tids: dict[int, int] | None = None
 ) -> tuple[list[Event], dict[tuple[int, int], str]]:
-    """The CUDA API and GPU events of `trace`, on the event clock, as process `pid`.
+    """The CUDA API and GPU events of `trace`, on the event clock, as process `pid`; CUDA
+    calls on a thread of `tids` (see `thread_ids`) move to its OS thread id.
 
     Returns (events, thread names of the GPU tracks).
     """
+    tids = tids or {}
     base_ns = trace.get("baseTimeNanoseconds", 0)
     events: list[Event] = []
     tracks: dict[tuple[int, int], str] = {}
@@ -60,8 +77,10 @@ def kineto_events(
         args = record.get("args", {})
         attrs = {"correlation": args["correlation"]} if "correlation" in args else {}
         if cat in CUDA_API_CATS:
-            events.append(Event(record["name"], Category.CUDA_API, start, end, pid,
-                                int(record["tid"]), attrs=attrs or None))  # fmt: skip
+            tid = int(record["tid"])
+            tid = tids.get(tid & 0xFFFFFFFF, tid)
+            events.append(Event(record["name"], Category.CUDA_API, start, end, pid, tid,
+                                attrs=attrs or None))  # fmt: skip
             continue
         device = int(args.get("device", record.get("pid", 0)))
         stream = int(args.get("stream", record.get("tid", 0)))
