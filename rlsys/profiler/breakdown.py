@@ -24,7 +24,7 @@ it (events carry no launch correlation).
 Native threads: a thread other than the main one whose only events are CUDA API calls (those
 of XLA's launch threads in a JAX GPU trace, of PyTorch's autograd device threads in a Kineto
 one) runs no Python: the profilers see it only inside those calls. Its time between them is
-not interpreter time but unknown (mostly waiting), so it is counted only during its calls.
+not interpreter time but unknown to rlsys, so it is counted only during its calls.
 Seen on an H200, a JAX PPO run of 13.9 s otherwise showed 37 s of "Python" thread time.
 
 Operations are OPERATION events with a duration that are not phases (`attrs["kind"] ==
