@@ -12,10 +12,12 @@
 #   chunks    benchmarks/chunked_grad_ab.py at five sweep points: the gradient re-run whole
 #             vs in 1 MiB chunks (a CPU-cache optimization: does it cost on the GPU?)
 #
-#   benchmarks/gpu/device_check.sh [PHASE ...]     (default: all, in that order)
+#   benchmarks/gpu/device_check.sh [PHASE ...]     (default: info profile train ppo sweep)
 #
 # It uses the machine's own python3 (CUDA builds of torch and jax, nvidia-ml-py); packages
-# that machine lacks come as wheels in .whl/ (gymnasium, Farama-Notifications, gymnax).
+# that machine lacks come as wheels in .whl/ (ignored by git), fetched where pip works:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
+#       gymnasium==1.3.0 farama-notifications==0.0.4 gymnax==1.0.1
 # Results: $OUT/summary.txt (the last lines of each phase) and $OUT/check.tar.gz (every log,
 # profile and bench folder), rewritten after each phase.
 set -uo pipefail
