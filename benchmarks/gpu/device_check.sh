@@ -73,7 +73,7 @@ sweep() {
     systems=$("$PY" -c "
 import sys; sys.path.insert(0, 'benchmarks/cases')
 from scaling_sweep import grid
-points = [p for p in '${SWEEP_POINTS:-}'.split(',') if p] or grid()
+points = [p for p in '$SWEEP_POINTS'.split(',') if p] or grid()
 print(','.join(f'{i}@{p}' for p in points for i in ('rlsys', 'purejaxrl')))")
     "$PY" -m rlsys.cli bench run scaling_sweep --systems "$systems" --reps 1 \
         --out "$WORK/bench-sweep"

@@ -69,7 +69,7 @@ def _start_torch(torch: ModuleType) -> None:
     atexit.register(_finish_torch, profiler, clock, Path(folder), kineto.thread_ids())
 
 
-def _finish_torch(profiler: Any, clock: ClockReference, folder: Path, tids: dict) -> None:
+def _finish_torch(profiler: Any, clock: ClockReference, folder: Path, tids: dict[int, int]) -> None:
     try:
         profiler.stop()
         path = folder / f"kineto-{os.getpid()}.json"
