@@ -9,6 +9,9 @@
 #   ppo       bench case ppo_cartpole, rlsys vs the PureJaxRL-style PPO, both on the GPU
 #   sweep     bench case scaling_sweep, rlsys vs the PureJaxRL-style A2C, both on the GPU
 #             (only the points named in $SWEEP_POINTS, comma-separated, when it is set)
+#   kernels   benchmarks/gpu/kernel_count.py: GPU kernels per iteration of rlsys and the
+#             PureJaxRL-style, PPO and two sweep points, rlsys with and without packing;
+#             both optimized HLO programs of each are kept in hlo/
 #   chunks    benchmarks/chunked_grad_ab.py at five sweep points: the gradient re-run whole
 #             vs in 1 MiB chunks (a CPU-cache optimization: does it cost on the GPU?)
 #
@@ -79,13 +82,21 @@ print(','.join(f'{i}@{p}' for p in points for i in ('rlsys', 'purejaxrl')))")
         --out "$WORK/bench-sweep"
 }
 
+kernels() {
+    "$PY" benchmarks/gpu/kernel_count.py ppo --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py sweep base --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py ppo --unpacked --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --unpacked --hlo-dir "$WORK/hlo"
+}
+
 chunks() {
     for point in base envs=512 episode=500 layers=4 width=16; do
         "$PY" benchmarks/chunked_grad_ab.py "$point" --rounds 5
     done
 }
 
-declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [chunks]=150)
+declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [kernels]=240 [chunks]=150)
 PHASES=("$@")
 [[ ${#PHASES[@]} -gt 0 ]] || PHASES=(info profile train ppo sweep)
 for phase in "${PHASES[@]}"; do
@@ -95,7 +106,7 @@ for phase in "${PHASES[@]}"; do
     status=$?
     {
         echo "== $phase: exit $status after $((SECONDS - began)) s"
-        tail -n 25 "$WORK/$phase.log"
+        tail -n 40 "$WORK/$phase.log"
     } | tee -a "$OUT/summary.txt"
     tar -czf "$OUT/check.tar.gz" -C "$WORK" --exclude='*.npz' --exclude='*.jsonl' \
         --exclude='profile/ppo/trace.json' .
