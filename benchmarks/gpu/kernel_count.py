@@ -152,7 +152,8 @@ def main() -> None:
         whiles = sum(" while(" in line for line in hlo.splitlines())
         print(f"  {system:9} {result['ms/iter']:8.3f} ms/iter  "
               f"{result['kernels/iter']:8.1f} kernels/iter  "
-              f"{result['copies/iter']:6.1f} copies/iter  GPU {result['GPU us/iter']:8.1f} us/iter  | HLO: {fusions} fusions, "
+              f"{result['copies/iter']:6.1f} copies/iter  "
+              f"GPU {result['GPU us/iter']:8.1f} us/iter  | HLO: {fusions} fusions, "
               f"{whiles} whiles | built in {compile_s:.1f} s")  # fmt: skip
         for name, count in result["top"]:
             print(f"      {count:7.1f}/iter  {name[:100]}")
