@@ -10,8 +10,8 @@
 #   sweep     bench case scaling_sweep, rlsys vs the PureJaxRL-style A2C, both on the GPU
 #             (only the points named in $SWEEP_POINTS, comma-separated, when it is set)
 #   kernels   benchmarks/gpu/kernel_count.py: GPU kernels per iteration of rlsys and the
-#             PureJaxRL-style, PPO and two sweep points, rlsys with and without packing;
-#             both optimized HLO programs of each are kept in hlo/
+#             PureJaxRL-style, PPO and two sweep points, per loop of the program:
+#             kernels, GPU time, GPU idle time; the optimized HLO programs go to hlo/
 #   chunks    benchmarks/chunked_grad_ab.py at five sweep points: the gradient re-run whole
 #             vs in 1 MiB chunks (a CPU-cache optimization: does it cost on the GPU?)
 #
@@ -86,8 +86,6 @@ kernels() {
     "$PY" benchmarks/gpu/kernel_count.py ppo --hlo-dir "$WORK/hlo"
     "$PY" benchmarks/gpu/kernel_count.py sweep base --hlo-dir "$WORK/hlo"
     "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --hlo-dir "$WORK/hlo"
-    "$PY" benchmarks/gpu/kernel_count.py ppo --unpacked --hlo-dir "$WORK/hlo"
-    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --unpacked --hlo-dir "$WORK/hlo"
 }
 
 chunks() {

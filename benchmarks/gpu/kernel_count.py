@@ -81,7 +81,7 @@ def baseline_driver(workload: str, point: dict[str, int]) -> tuple[Driver, str]:
 
 def measure(drive: Driver, warm: int, timed: int, traced: int, folder: str) -> dict:
     """Untraced ms per iteration over `timed` iterations after `warm`, then a traced window
-    of `traced` iterations: kernels, copies and their GPU time per iteration."""
+    of `traced` iterations: the GPU's stream events (kernels and copies) in it."""
     seen, clock = [0], {}
 
     def after_iteration() -> bool:
@@ -97,9 +97,7 @@ def measure(drive: Driver, warm: int, timed: int, traced: int, folder: str) -> d
         return False
 
     drive(after_iteration)
-    ms = (clock["timed"] - clock["start"]) / timed * 1e3
-    kinds: collections.Counter = collections.Counter()
-    busy_ns, names = 0, collections.Counter()
+    events = []  # (start ns, end ns, HLO instruction or kernel name, is a copy)
     for path in glob.glob(f"{folder}/**/*.xplane.pb", recursive=True):
         for plane in jax.profiler.ProfileData.from_file(path).planes:
             if not plane.name.startswith("/device:GPU"):
@@ -108,13 +106,31 @@ def measure(drive: Driver, warm: int, timed: int, traced: int, folder: str) -> d
                 if not line.name.startswith("Stream"):
                     continue
                 for event in line.events:
-                    copy = "memcpy" in event.name.lower() or "memset" in event.name.lower()
-                    kinds["copies" if copy else "kernels"] += 1
-                    busy_ns += event.duration_ns
-                    names[event.name] += 1
-    return {"ms/iter": ms, "kernels/iter": kinds["kernels"] / traced,
-            "copies/iter": kinds["copies"] / traced, "GPU us/iter": busy_ns / 1e3 / traced,
-            "top": [(n, c / traced) for n, c in names.most_common(12)]}  # fmt: skip
+                    op = dict(event.stats).get("hlo_op") or event.name
+                    copy = any(word in event.name.lower() for word in ("memcpy", "memset"))
+                    events.append((event.start_ns, event.end_ns, str(op), copy))
+    return {"ms/iter": (clock["timed"] - clock["start"]) / timed * 1e3,
+            "events": sorted(events), "traced": traced}  # fmt: skip
+
+
+def per_computation(events: list, traced: int, hlo: str) -> dict[str, list[float]]:
+    """Per HLO computation (a loop body, the top level): its kernels, their GPU time and the
+    GPU's idle time just before them, per iteration. Idle before a kernel is host time: a
+    launch, a loop step's bookkeeping, a wait on the host."""
+    from xla_breakdown import parse_hlo
+
+    owner, _, labels = parse_hlo(hlo)
+    owner = {name.replace(".", "_"): (comp, labels.get(comp, "")) for name, comp in owner.items()}
+    table = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+    frontier = events[0][0] if events else 0
+    for start, end, op, _ in events:
+        comp, label = owner.get(op.replace(".", "_"), ("(not in the HLO)", ""))
+        row = table[f"{comp} {label}".strip()]
+        row[0] += 1 / traced
+        row[1] += (end - start) / 1e3 / traced
+        row[2] += max(0, start - frontier) / 1e3 / traced
+        frontier = max(frontier, end)
+    return table
 
 
 def main() -> None:
@@ -148,15 +164,20 @@ def main() -> None:
             (args.hlo_dir / f"{name}.hlo.txt").write_text(hlo)
         with tempfile.TemporaryDirectory() as folder:
             result = measure(drive, warm, timed, traced, folder)
+        events, copies = result["events"], sum(e[3] for e in result["events"])
         fusions = sum(" fusion(" in line for line in hlo.splitlines())
         whiles = sum(" while(" in line for line in hlo.splitlines())
         print(f"  {system:9} {result['ms/iter']:8.3f} ms/iter  "
-              f"{result['kernels/iter']:8.1f} kernels/iter  "
-              f"{result['copies/iter']:6.1f} copies/iter  "
-              f"GPU {result['GPU us/iter']:8.1f} us/iter  | HLO: {fusions} fusions, "
+              f"{(len(events) - copies) / traced:8.1f} kernels/iter  "
+              f"{copies / traced:6.1f} copies/iter  | HLO: {fusions} fusions, "
               f"{whiles} whiles | built in {compile_s:.1f} s")  # fmt: skip
-        for name, count in result["top"]:
-            print(f"      {count:7.1f}/iter  {name[:100]}")
+        table = per_computation(events, traced, hlo)
+        print(f"    {'computation':56} {'events':>8} {'busy us':>9} {'idle us':>9}  (per iter)")
+        for name, (count, busy, idle) in sorted(table.items(), key=lambda kv: -kv[1][1] - kv[1][2]):
+            print(f"    {name[:56]:56} {count:8.1f} {busy:9.1f} {idle:9.1f}")
+        names = collections.Counter(e[2] for e in events)
+        for name, count in names.most_common(8):
+            print(f"      {count / traced:7.1f}/iter  {name[:100]}")
 
 
 if __name__ == "__main__":
