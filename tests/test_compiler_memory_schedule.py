@@ -1,5 +1,6 @@
 """XLA:CPU's memory scheduler is tried only for programs with large temporaries, and kept
-only when it needs fewer (`lower/memory_schedule.py`)."""
+only when it needs fewer (`lower/memory_schedule.py`); on a GPU, programs are compiled once
+with `lower/gpu_launch.py`'s options."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlsys.compiler.lower import memory_schedule
+from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS, launch_options
 from rlsys.compiler.lower.memory_schedule import MEMORY_SCHEDULER, compile_frugally
 
 MiB = 2**20
@@ -76,3 +78,16 @@ def test_a_real_program_compiled_with_the_memory_scheduler_computes_the_same(mon
     plain = lowered.compile()
     assert frugal.memory_analysis().temp_size_in_bytes <= plain.memory_analysis().temp_size_in_bytes
     np.testing.assert_allclose(frugal(x), plain(x), rtol=1e-6)
+
+
+def test_on_a_gpu_programs_are_compiled_once_with_the_launch_options(monkeypatch) -> None:
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    lowered = _Lowered(default=382 * MiB, frugal=318 * MiB)  # large: no CPU scheduler there
+    compiled = compile_frugally(lowered)
+    assert lowered.calls == [GPU_LAUNCH_OPTIONS]
+    assert compiled.options == {"xla_gpu_graph_min_graph_size": 1}
+
+
+def test_off_the_gpu_there_are_no_launch_options() -> None:
+    assert jax.default_backend() == "cpu"  # the test suite runs on the CPU
+    assert launch_options() == {}

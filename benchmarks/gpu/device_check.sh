@@ -10,8 +10,9 @@
 #   sweep     bench case scaling_sweep, rlsys vs the PureJaxRL-style A2C, both on the GPU
 #             (only the points named in $SWEEP_POINTS, comma-separated, when it is set)
 #   kernels   benchmarks/gpu/kernel_count.py: GPU kernels per iteration of rlsys and the
-#             PureJaxRL-style, PPO and two sweep points, per loop of the program:
-#             kernels, GPU time, GPU idle time; the optimized HLO programs go to hlo/
+#             PureJaxRL-style, PPO and two sweep points, per loop of the program
+#             (kernels, GPU time, GPU idle time), rlsys with and without its XLA:GPU
+#             options; the optimized HLO programs go to hlo/
 #   chunks    benchmarks/chunked_grad_ab.py at five sweep points: the gradient re-run whole
 #             vs in 1 MiB chunks (a CPU-cache optimization: does it cost on the GPU?)
 #
@@ -83,9 +84,8 @@ print(','.join(f'{i}@{p}' for p in points for i in ('rlsys', 'purejaxrl')))")
 }
 
 kernels() {
-    "$PY" benchmarks/gpu/kernel_count.py ppo --hlo-dir "$WORK/hlo"
-    "$PY" benchmarks/gpu/kernel_count.py sweep base --hlo-dir "$WORK/hlo"
-    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py ppo --rlsys rlsys,graphs --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --rlsys rlsys --baseline min1
 }
 
 chunks() {
@@ -94,7 +94,7 @@ chunks() {
     done
 }
 
-declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [kernels]=240 [chunks]=150)
+declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [kernels]=200 [chunks]=150)
 PHASES=("$@")
 [[ ${#PHASES[@]} -gt 0 ]] || PHASES=(info profile train ppo sweep)
 for phase in "${PHASES[@]}"; do

@@ -2,16 +2,17 @@
 
     python benchmarks/gpu/kernel_count.py ppo                 # ppo_cartpole's PPO setup
     python benchmarks/gpu/kernel_count.py sweep base          # a scaling_sweep point (A2C)
-    python benchmarks/gpu/kernel_count.py sweep width=16 --unpacked --hlo-dir /tmp/hlo
+    python benchmarks/gpu/kernel_count.py sweep width=16 --rlsys off,rlsys --hlo-dir /tmp/hlo
 
 On a GPU an iteration of these small workloads is thousands of kernels of a few
 microseconds each, so its time goes with how many kernels and loop steps the program runs,
 not with arithmetic. This script compiles both programs as their benchmarks do (PPO 10
 iterations per call, the sweep one), times a window of iterations, then traces another with
 the JAX profiler and counts, per iteration, the kernels and copies on the GPU's streams and
-their summed time. `--hlo-dir` writes both optimized programs (a fusion is a kernel) to see
-where extra kernels come from; `--unpacked` turns off the packing of small kept values in
-rlsys's scans (a CPU optimization) to see what it costs on the GPU.
+their summed time, and per loop body of the program, the kernels, their GPU time and the GPU's
+idle time before them. `--rlsys off,min1,graphs` compares XLA:GPU compiler options for rlsys
+(its own are in `rlsys/compiler/lower/gpu_launch.py`); `--hlo-dir` writes the optimized
+programs (a fusion is a kernel).
 
 On the CPU it runs too and counts no kernels: that is how it is tested.
 """
@@ -36,8 +37,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "
 Driver = Callable[[Callable[[], bool]], None]
 
 
-def rlsys_driver(workload: str, point: dict[str, int]) -> tuple[Driver, str]:
-    """rlsys's program as its benchmark compiles it, and its optimized HLO."""
+def rlsys_driver(workload: str, point: dict[str, int], options: dict) -> tuple[Driver, str]:
+    """rlsys's program as its benchmark compiles it, and its optimized HLO. (`options` are
+    set by the caller, in `gpu_launch`, where rlsys reads them.)"""
     from xla_breakdown import build
 
     exe = build(workload, 10**5, point)
@@ -48,7 +50,7 @@ def rlsys_driver(workload: str, point: dict[str, int]) -> tuple[Driver, str]:
     return drive, "\n\n".join(exe.optimized_hlo().values())
 
 
-def baseline_driver(workload: str, point: dict[str, int]) -> tuple[Driver, str]:
+def baseline_driver(workload: str, point: dict[str, int], options: dict) -> tuple[Driver, str]:
     """The PureJaxRL-style program: PPO 10 iterations per call in a scan, A2C one."""
     if workload == "ppo":
         from baselines import purejaxrl_style_ppo
@@ -66,7 +68,7 @@ def baseline_driver(workload: str, point: dict[str, int]) -> tuple[Driver, str]:
         init, call = purejaxrl_style_a2c.make_functions(setup, 10**5)
         per_call = 1
     state = jax.jit(init)(jax.random.PRNGKey(0))
-    compiled = jax.jit(call).lower(state).compile()
+    compiled = jax.jit(call).lower(state).compile(compiler_options=options or None)
 
     def drive(after_iteration: Callable[[], bool]) -> None:
         nonlocal state
@@ -133,41 +135,63 @@ def per_computation(events: list, traced: int, hlo: str) -> dict[str, list[float
     return table
 
 
+# XLA:GPU compiler options to compare; rlsys's own are in rlsys/compiler/lower/gpu_launch.py
+VARIANTS: dict[str, dict] = {
+    "off": {},
+    "min1": {"xla_gpu_graph_min_graph_size": 1},
+    "graphs": {
+        "xla_gpu_graph_min_graph_size": 1,
+        "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL",
+    },
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workload", choices=("ppo", "sweep"))
     parser.add_argument("point", nargs="?", default="base", help="sweep only: base, width=16, ...")
-    parser.add_argument("--unpacked", action="store_true",
-                        help="rlsys without packing small kept values in scans")  # fmt: skip
-    parser.add_argument("--hlo-dir", type=Path, help="write both optimized HLO programs here")
+    parser.add_argument("--rlsys", default="rlsys", metavar="VARIANTS",
+                        help="comma-separated XLA:GPU options for rlsys, each measured: "
+                        f"{', '.join(VARIANTS)}, or rlsys (its own; the default)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        default="off",
+        choices=VARIANTS,
+        help="XLA:GPU options for the PureJaxRL-style program (default off)",
+    )
+    parser.add_argument("--hlo-dir", type=Path, help="write the optimized HLO programs here")
     args = parser.parse_args()
     from scaling_sweep import grid
+
+    from rlsys.compiler.lower import gpu_launch
 
     points = grid()
     if args.point not in points:
         parser.error(f"unknown point {args.point!r}; choose one of {', '.join(points)}")
-    if args.unpacked:
-        from rlsys.compiler.lower import jax_loop
-
-        jax_loop.PACKED_BYTES = -1  # no kept value is that small: none is packed
+    variants = args.rlsys.split(",")
+    if unknown := set(variants) - {*VARIANTS, "rlsys"}:
+        parser.error(f"unknown --rlsys variant(s) {sorted(unknown)}; choose from {list(VARIANTS)}")
     warm, timed, traced = (20, 30, 10) if args.workload == "ppo" else (3, 8, 2)
     label = args.workload + ("" if args.workload == "ppo" else f" {args.point}")
-    label += " (rlsys unpacked)" if args.unpacked else ""
     print(f"{label} on {jax.default_backend()}: {warm} warm, {timed} timed, {traced} traced")
-    for system, make in (("rlsys", rlsys_driver), ("purejaxrl", baseline_driver)):
+    own = dict(gpu_launch.GPU_LAUNCH_OPTIONS)
+    runs = [(f"rlsys/{v}", rlsys_driver, own if v == "rlsys" else VARIANTS[v]) for v in variants]
+    runs.append((f"purejaxrl/{args.baseline}", baseline_driver, VARIANTS[args.baseline]))
+    for system, make, options in runs:
+        gpu_launch.GPU_LAUNCH_OPTIONS = options  # read when rlsys compiles
         began = time.perf_counter()
-        drive, hlo = make(args.workload, points[args.point])
+        drive, hlo = make(args.workload, points[args.point], options)
         compile_s = time.perf_counter() - began
         if args.hlo_dir:
             args.hlo_dir.mkdir(parents=True, exist_ok=True)
-            name = f"{args.workload}-{args.point}-{system}{'-unpacked' if args.unpacked else ''}"
+            name = f"{label.replace(' ', '-')}-{system.replace('/', '-')}"
             (args.hlo_dir / f"{name}.hlo.txt").write_text(hlo)
         with tempfile.TemporaryDirectory() as folder:
             result = measure(drive, warm, timed, traced, folder)
         events, copies = result["events"], sum(e[3] for e in result["events"])
         fusions = sum(" fusion(" in line for line in hlo.splitlines())
         whiles = sum(" while(" in line for line in hlo.splitlines())
-        print(f"  {system:9} {result['ms/iter']:8.3f} ms/iter  "
+        print(f"  {system:16} {result['ms/iter']:8.3f} ms/iter  "
               f"{(len(events) - copies) / traced:8.1f} kernels/iter  "
               f"{copies / traced:6.1f} copies/iter  | HLO: {fusions} fusions, "
               f"{whiles} whiles | built in {compile_s:.1f} s")  # fmt: skip

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import jax
 
+from rlsys.compiler.lower.gpu_launch import launch_options
+
 LARGE_TEMPORARIES = 128 * 2**20  # bytes: about what compiling an A2C iteration holds (1.4 MiB
 # per loop fusion, about a hundred fusions): above it, running sets the process's peak
 MEMORY_SCHEDULER = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
@@ -32,8 +34,10 @@ def temporaries(compiled) -> int:
 
 
 def compile_frugally(lowered) -> jax.stages.Compiled:
-    """`lowered.compile()`, or on CPU, for a program with large temporaries, its compilation
-    with the memory scheduler when that needs fewer."""
+    """`lowered.compile()` (on a GPU with `gpu_launch`'s options), or on CPU, for a program
+    with large temporaries, its compilation with the memory scheduler when that needs fewer."""
+    if options := launch_options():
+        return lowered.compile(compiler_options=options)
     compiled = lowered.compile()
     needed = temporaries(compiled)
     if jax.default_backend() != "cpu" or needed <= LARGE_TEMPORARIES:
