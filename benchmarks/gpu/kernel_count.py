@@ -141,7 +141,9 @@ VARIANTS: dict[str, dict] = {
     "min1": {"xla_gpu_graph_min_graph_size": 1},
     "graphs": {
         "xla_gpu_graph_min_graph_size": 1,
-        "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL",
+        # the default command types plus whole loops ("+WHILE" is refused as an option)
+        "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,"
+        "WHILE,CONDITIONAL",
     },
 }
 
