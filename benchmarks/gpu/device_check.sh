@@ -10,9 +10,9 @@
 #   sweep     bench case scaling_sweep, rlsys vs the PureJaxRL-style A2C, both on the GPU
 #             (only the points named in $SWEEP_POINTS, comma-separated, when it is set)
 #   kernels   benchmarks/gpu/kernel_count.py: GPU kernels per iteration of rlsys and the
-#             PureJaxRL-style, PPO and two sweep points, per loop of the program
+#             PureJaxRL-style, PPO and the sweep's base point, per loop of the program
 #             (kernels, GPU time, GPU idle time), rlsys with and without its XLA:GPU
-#             options; the optimized HLO programs go to hlo/
+#             options (rlsys/compiler/lower/gpu_launch.py); the optimized HLO goes to hlo/
 #   chunks    benchmarks/chunked_grad_ab.py at five sweep points: the gradient re-run whole
 #             vs in 1 MiB chunks (a CPU-cache optimization: does it cost on the GPU?)
 #
@@ -84,8 +84,8 @@ print(','.join(f'{i}@{p}' for p in points for i in ('rlsys', 'purejaxrl')))")
 }
 
 kernels() {
-    "$PY" benchmarks/gpu/kernel_count.py ppo --rlsys rlsys,graphs --hlo-dir "$WORK/hlo"
-    "$PY" benchmarks/gpu/kernel_count.py sweep width=16 --rlsys rlsys --baseline min1
+    "$PY" benchmarks/gpu/kernel_count.py ppo --rlsys off,rlsys --hlo-dir "$WORK/hlo"
+    "$PY" benchmarks/gpu/kernel_count.py sweep base --rlsys off,rlsys --hlo-dir "$WORK/hlo"
 }
 
 chunks() {
@@ -94,7 +94,8 @@ chunks() {
     done
 }
 
-declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [kernels]=200 [chunks]=150)
+declare -A LIMIT=([info]=40 [profile]=150 [train]=80 [ppo]=110 [sweep]=160 [kernels]=200
+    [chunks]=150)
 PHASES=("$@")
 [[ ${#PHASES[@]} -gt 0 ]] || PHASES=(info profile train ppo sweep)
 for phase in "${PHASES[@]}"; do

@@ -14,7 +14,8 @@ idle time before them. `--rlsys off,min1,graphs` compares XLA:GPU compiler optio
 (its own are in `rlsys/compiler/lower/gpu_launch.py`); `--hlo-dir` writes the optimized
 programs (a fusion is a kernel).
 
-On the CPU it runs too and counts no kernels: that is how it is tested.
+It runs on a CPU too, counting no kernels; `tests/test_bench_kernel_count.py` checks how it
+attributes events to loops.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import glob
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +34,11 @@ import jax
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "cases")]
+
+# jaxlib's profile events warn on every stats lookup (under Python 3.12): noise, not news
+warnings.filterwarnings(
+    "ignore", message=".*event_stats has no __module__", category=DeprecationWarning
+)
 
 # A driver runs iterations until its callback, called after each one, returns True.
 Driver = Callable[[Callable[[], bool]], None]
