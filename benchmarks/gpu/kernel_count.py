@@ -10,8 +10,8 @@ not with arithmetic. This script compiles both programs as their benchmarks do (
 iterations per call, the sweep one), times a window of iterations, then traces another with
 the JAX profiler and counts, per iteration, the kernels and copies on the GPU's streams and
 their summed time, and per loop body of the program, the kernels, their GPU time and the GPU's
-idle time before them. `--rlsys off,min1,graphs` compares XLA:GPU compiler options for rlsys
-(its own are in `rlsys/compiler/lower/gpu_launch.py`); `--hlo-dir` writes the optimized
+idle time before them. `--rlsys off,rlsys,graphs` compares XLA:GPU compiler options for rlsys
+(`rlsys`: its own, from `rlsys/compiler/lower/gpu_launch.py`); `--hlo-dir` writes the optimized
 programs (a fusion is a kernel).
 
 It runs on a CPU too, counting no kernels; `tests/test_bench_kernel_count.py` checks how it
@@ -34,6 +34,8 @@ import jax
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "cases")]
+
+from rlsys.compiler.lower import gpu_launch  # noqa: E402 (rlsys from this checkout)
 
 # jaxlib's profile events warn on every stats lookup (under Python 3.12): noise, not news
 warnings.filterwarnings(
@@ -118,8 +120,7 @@ def measure(drive: Driver, warm: int, timed: int, traced: int, folder: str) -> d
                     op = dict(event.stats).get("hlo_op") or event.name
                     copy = any(word in event.name.lower() for word in ("memcpy", "memset"))
                     events.append((event.start_ns, event.end_ns, str(op), copy))
-    return {"ms/iter": (clock["timed"] - clock["start"]) / timed * 1e3,
-            "events": sorted(events), "traced": traced}  # fmt: skip
+    return {"ms/iter": (clock["timed"] - clock["start"]) / timed * 1e3, "events": sorted(events)}
 
 
 def per_computation(events: list, traced: int, hlo: str) -> dict[str, list[float]]:
@@ -142,10 +143,10 @@ def per_computation(events: list, traced: int, hlo: str) -> dict[str, list[float
     return table
 
 
-# XLA:GPU compiler options to compare; rlsys's own are in rlsys/compiler/lower/gpu_launch.py
+# XLA:GPU compiler options to compare
 VARIANTS: dict[str, dict] = {
     "off": {},
-    "min1": {"xla_gpu_graph_min_graph_size": 1},
+    "rlsys": dict(gpu_launch.GPU_LAUNCH_OPTIONS),  # what rlsys compiles with on a GPU
     "graphs": {
         "xla_gpu_graph_min_graph_size": 1,
         # the default command types plus whole loops ("+WHILE" is refused as an option)
@@ -161,7 +162,7 @@ def main() -> None:
     parser.add_argument("point", nargs="?", default="base", help="sweep only: base, width=16, ...")
     parser.add_argument("--rlsys", default="rlsys", metavar="VARIANTS",
                         help="comma-separated XLA:GPU options for rlsys, each measured: "
-                        f"{', '.join(VARIANTS)}, or rlsys (its own; the default)")  # fmt: skip
+                        f"{', '.join(VARIANTS)} (default rlsys, its own)")  # fmt: skip
     parser.add_argument(
         "--baseline",
         default="off",
@@ -172,19 +173,16 @@ def main() -> None:
     args = parser.parse_args()
     from scaling_sweep import grid
 
-    from rlsys.compiler.lower import gpu_launch
-
     points = grid()
     if args.point not in points:
         parser.error(f"unknown point {args.point!r}; choose one of {', '.join(points)}")
     variants = args.rlsys.split(",")
-    if unknown := set(variants) - {*VARIANTS, "rlsys"}:
+    if unknown := set(variants) - set(VARIANTS):
         parser.error(f"unknown --rlsys variant(s) {sorted(unknown)}; choose from {list(VARIANTS)}")
     warm, timed, traced = (20, 30, 10) if args.workload == "ppo" else (3, 8, 2)
     label = args.workload + ("" if args.workload == "ppo" else f" {args.point}")
     print(f"{label} on {jax.default_backend()}: {warm} warm, {timed} timed, {traced} traced")
-    own = dict(gpu_launch.GPU_LAUNCH_OPTIONS)
-    runs = [(f"rlsys/{v}", rlsys_driver, own if v == "rlsys" else VARIANTS[v]) for v in variants]
+    runs = [(f"rlsys/{v}", rlsys_driver, VARIANTS[v]) for v in variants]
     runs.append((f"purejaxrl/{args.baseline}", baseline_driver, VARIANTS[args.baseline]))
     for system, make, options in runs:
         gpu_launch.GPU_LAUNCH_OPTIONS = options  # read when rlsys compiles
