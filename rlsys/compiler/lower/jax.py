@@ -34,6 +34,7 @@ from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
 from rlsys.compiler.lower.chunked_grad import chunk_values, row_chunking, summed_over_chunks
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
+from rlsys.compiler.lower.reuse import reusable, with_stored_output
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, constant_index, index_on, is_same_point, plan
 
@@ -73,13 +74,16 @@ class Context:
     # `deferred` nodes are skipped, left to the lazy_where that runs them
     lazy: dict[int, frozenset[int]] = field(default_factory=dict)
     deferred: frozenset[int] = frozenset()
+    # in a gradient's re-run: node -> its value computed before, whose output it takes
+    # instead of recomputing the node (`reuse.py`)
+    reused: dict[int, Value] = field(default_factory=dict)
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
                        self.grad_reads, self.consumers, self.loss_grads, self.lazy,
-                       self.deferred)  # fmt: skip
+                       self.deferred, self.reused)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -241,6 +245,10 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...],
         if first in vector_dims:
             vector_dims = (first, *(d for d in vector_dims if d is not first))
     reads = [read_edge(ctx, edge, vector_dims) for edge in node.inputs]
+    stored = ctx.reused.get(node.id)
+    if stored is not None and set(stored.axes) == set(vector_dims) == set(reads[0][1]):
+        z = in_order(Value(reads[0][0], reads[0][1]), vector_dims)
+        return Value(with_stored_output(node.op, z, in_order(stored, vector_dims)), vector_dims)
     if RULES[node.op].host is not None:
         return _host_value(ctx, node, reads, vector_dims)
     if node.op == "index":
@@ -502,6 +510,7 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
     def loss_of(base: Context, *parts):
         inner = base.child()
         inner.loss_grads = {}  # the loss here is the plain forward pass
+        inner.reused = {m: base.values[m] for m in stored}
         whole = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
         inner.values[param_edge.node] = Value(whole, param.axes)
         for slice_node, (start, stop) in slices.items():
@@ -517,10 +526,12 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
         return loss, pullback(jnp.ones_like(loss))
 
     chunking = row_chunking(ctx.graph, ctx.bounds, node, path, steps, ctx.values, ctx.windows)
+    # computed before the re-run (by the acting loop, say): outputs it takes, not recomputes
+    stored = {m for m in reusable(ctx.graph, path) if m in ctx.values}
     if chunking is None:
         loss, grads = loss_and_grads(ctx)
     else:  # the same sum (or mean) over points, a chunk of points at a time
-        reads = rerun_reads(ctx.graph, path, param_edge.node, loop_dims)
+        reads = rerun_reads(ctx.graph, path, param_edge.node, loop_dims) | stored
         extent = ctx.extent(chunking.dim)
 
         def run_chunk(start, size: int):

@@ -43,6 +43,7 @@ from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
 from rlsys.compiler.lower.memory_schedule import compile_frugally, temporaries
 from rlsys.compiler.lower.profiled import profiled_call
+from rlsys.compiler.lower.reuse import reusable
 from rlsys.compiler.program import InputSpec, check_inputs
 from rlsys.compiler.schedule import Loop, Schedule
 from rlsys.compiler.sinks import Sink, fire, fire_all, is_sink_output
@@ -69,8 +70,9 @@ class LoopState:
 
 def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]]:
     """For each gradient node, the values its re-run of the ops between its parameter and its
-    loss (within the loops the gradient runs in) reads: what a loop must keep for it, or a
-    jitted segment pass to it."""
+    loss (within the loops the gradient runs in) reads, and the activations it takes instead
+    of recomputing them (`reuse.py`): what a loop must keep for it, or a jitted segment pass
+    to it."""
     reads = {}
     for node in graph:
         if node.op == "grad":
@@ -78,7 +80,9 @@ def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]
             loops = schedule.loops_of.get(node.id, ())
             path = path_nodes(graph, param_edge.node, loss_edge.node, loops)
             check_not_differentiated(graph, node, path)
-            reads[node.id] = frozenset(rerun_reads(graph, path, param_edge.node, loops))
+            reads[node.id] = frozenset(
+                rerun_reads(graph, path, param_edge.node, loops) | reusable(graph, path)
+            )
     return reads
 
 
