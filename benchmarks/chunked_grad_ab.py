@@ -44,18 +44,22 @@ def compile_variant(point: dict[str, int], chunk_bytes: int | None):
         chunked_grad.MAX_WIDTH = 1 << 30
         chunked_grad.CHUNKED_BACKENDS = (jax.default_backend(),)
     try:
-        envs, episode = point["envs"], point["episode"]
-        config = A2CConfig(env=f"trivial:{OBS_SIZE}:{episode}", num_envs=envs,
-                           num_steps=episode, total_steps=ITERATIONS * envs * episode,
-                           hidden_size=point["width"], hidden_layers=point["layers"],
-                           iterations_per_call=1).validate()  # fmt: skip
-        built = build_a2c(config)
-        return built.program.compile(bounds=built.bounds, iterations_per_call=1)
+        return compile_point(point)
     finally:
         lowering.row_chunking = choose
 
 
-def _iteration_seconds(exe) -> list[float]:
+def compile_point(point: dict[str, int]):
+    """The A2C iteration of a sweep point, compiled to run ITERATIONS iterations, one a call."""
+    envs, episode = point["envs"], point["episode"]
+    config = A2CConfig(env=f"trivial:{OBS_SIZE}:{episode}", num_envs=envs, num_steps=episode,
+                       total_steps=ITERATIONS * envs * episode, hidden_size=point["width"],
+                       hidden_layers=point["layers"], iterations_per_call=1).validate()  # fmt: skip
+    built = build_a2c(config)
+    return built.program.compile(bounds=built.bounds, iterations_per_call=1)
+
+
+def iteration_seconds(exe) -> list[float]:
     stamps: list[float] = []
     exe.run(on_iteration=lambda i, outputs: stamps.append(time.perf_counter()))
     return [b - a for a, b in itertools.pairwise(stamps)]
@@ -74,7 +78,7 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in programs}
     for _ in range(args.rounds):
         for name, exe in programs.items():
-            seconds[name].append(statistics.median(_iteration_seconds(exe)))
+            seconds[name].append(statistics.median(iteration_seconds(exe)))
     for name, values in seconds.items():
         print(f"{args.point} {name:>8}: {statistics.median(values) * 1e3:7.1f} ms per iteration "
               f"(best {min(values) * 1e3:.1f}), {args.rounds} rounds")  # fmt: skip

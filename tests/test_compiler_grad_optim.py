@@ -131,7 +131,7 @@ def test_a_gradient_rereads_the_data_of_its_path_not_what_it_recomputes(backend:
         prog.output("g", grad)
         prog.output("total", total)
     graph = prog.graph()
-    reads = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
+    reads, _ = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
     assert reads[grad.node_id] == {w.node_id, x.node_id}
     w0 = np.array([0.3, -0.4], "float32")
     x0 = np.random.default_rng(2).normal(size=(2, 5)).astype("float32")

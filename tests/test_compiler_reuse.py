@@ -12,8 +12,12 @@ import pytest
 
 import rlsys.rt as rt
 from rlsys.algos.a2c import build_a2c
-from rlsys.algos.config import A2CConfig
+from rlsys.algos.config import A2CConfig, PPOConfig
+from rlsys.algos.ppo import build_ppo
 from rlsys.compiler.lower import reuse
+from rlsys.compiler.lower.jax_program import gradient_reads
+from rlsys.compiler.passes.dce import needed_nodes
+from rlsys.compiler.schedule import build_schedule
 
 B, T, WIDTH = 6, 5, 8
 
@@ -93,12 +97,24 @@ def test_a2c_takes_its_acting_loops_activations_and_learns_the_same(monkeypatch)
     assert _products(reused) == _products(recomputed) - 2
 
 
+def _reused(program, min_width: int, monkeypatch) -> frozenset[int]:
+    """What the program's gradients take instead of recomputing."""
+    monkeypatch.setattr(reuse, "MIN_WIDTH", min_width)
+    graph = program.graph()
+    _, reused = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
+    return frozenset().union(*reused.values())
+
+
 def test_narrow_activations_are_recomputed(monkeypatch) -> None:
     prog, _ = _program()
     graph = prog.graph()
-    graph_nodes = set(graph.nodes)
-    monkeypatch.setattr(reuse, "MIN_WIDTH", WIDTH + 1)
-    assert reuse.reusable(graph, graph_nodes) == frozenset()
-    monkeypatch.setattr(reuse, "MIN_WIDTH", WIDTH)
-    tanh = {n for n in graph_nodes if graph[n].op == "tanh"}
-    assert reuse.reusable(graph, graph_nodes) == tanh
+    tanh = {n for n in graph.nodes if graph[n].op == "tanh"}
+    assert _reused(prog, WIDTH + 1, monkeypatch) == frozenset()
+    assert _reused(prog, WIDTH, monkeypatch) == tanh
+
+
+def test_only_activations_of_a_loop_inside_the_gradients_are_reused(monkeypatch) -> None:
+    # PPO's minibatch update computes its activations at the gradient's own level (XLA
+    # computes them once for the loss and its gradient): nothing to take, however wide
+    cfg = PPOConfig(env="gymnax:CartPole-v1", total_steps=2048).validate()
+    assert _reused(build_ppo(cfg).program, 1, monkeypatch) == frozenset()

@@ -34,7 +34,7 @@ from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
 from rlsys.compiler.lower.chunked_grad import chunk_values, row_chunking, summed_over_chunks
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
-from rlsys.compiler.lower.reuse import reusable, with_stored_output
+from rlsys.compiler.lower.reuse import with_stored_output
 from rlsys.compiler.rules import RULES
 from rlsys.compiler.schedule import carried_offset, constant_index, index_on, is_same_point, plan
 
@@ -74,8 +74,9 @@ class Context:
     # `deferred` nodes are skipped, left to the lazy_where that runs them
     lazy: dict[int, frozenset[int]] = field(default_factory=dict)
     deferred: frozenset[int] = frozenset()
-    # in a gradient's re-run: node -> its value computed before, whose output it takes
-    # instead of recomputing the node (`reuse.py`)
+    # per gradient node, the activations its re-run takes instead of recomputing them
+    # (`reuse.py`); in a re-run, those activations' values
+    grad_reuse: dict[int, frozenset[int]] = field(default_factory=dict)
     reused: dict[int, Value] = field(default_factory=dict)
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
@@ -83,7 +84,7 @@ class Context:
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
                        self.grad_reads, self.consumers, self.loss_grads, self.lazy,
-                       self.deferred, self.reused)  # fmt: skip
+                       self.deferred, self.grad_reuse, self.reused)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -527,7 +528,7 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
 
     chunking = row_chunking(ctx.graph, ctx.bounds, node, path, steps, ctx.values, ctx.windows)
     # computed before the re-run (by the acting loop, say): outputs it takes, not recomputes
-    stored = {m for m in reusable(ctx.graph, path) if m in ctx.values}
+    stored = {m for m in ctx.grad_reuse.get(node.id, ()) if m in ctx.values}
     if chunking is None:
         loss, grads = loss_and_grads(ctx)
     else:  # the same sum (or mean) over points, a chunk of points at a time

@@ -68,22 +68,23 @@ class LoopState:
     carry: dict[str, np.ndarray]
 
 
-def gradient_reads(graph: Graph, schedule: Schedule) -> dict[int, frozenset[int]]:
+def gradient_reads(graph: Graph, schedule: Schedule) -> tuple[dict, dict]:
     """For each gradient node, the values its re-run of the ops between its parameter and its
     loss (within the loops the gradient runs in) reads, and the activations it takes instead
-    of recomputing them (`reuse.py`): what a loop must keep for it, or a jitted segment pass
-    to it."""
-    reads = {}
+    of recomputing them (`reuse.py`): the first, a superset of the second, is what a loop
+    must keep for it, or a jitted segment pass to it."""
+    reads, reused = {}, {}
     for node in graph:
         if node.op == "grad":
             loss_edge, param_edge = node.inputs
             loops = schedule.loops_of.get(node.id, ())
             path = path_nodes(graph, param_edge.node, loss_edge.node, loops)
             check_not_differentiated(graph, node, path)
+            reused[node.id] = reusable(graph, path, schedule.loops_of, loops)
             reads[node.id] = frozenset(
-                rerun_reads(graph, path, param_edge.node, loops) | reusable(graph, path)
+                rerun_reads(graph, path, param_edge.node, loops) | reused[node.id]
             )
-    return reads
+    return reads, reused
 
 
 def losses_with_gradients(graph: Graph, schedule: Schedule) -> dict[int, int]:
@@ -100,10 +101,12 @@ def losses_with_gradients(graph: Graph, schedule: Schedule) -> dict[int, int]:
 
 def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> Context:
     lazy = lazy_branches(graph, schedule.loops_of)
+    grad_reads, reused = gradient_reads(graph, schedule)
     ctx = Context(
         graph, bounds, inputs,
         outputs=frozenset(e.node for _, e in graph.outputs),
-        grad_reads=gradient_reads(graph, schedule),
+        grad_reads=grad_reads,
+        grad_reuse=reused,
         consumers=graph.consumers(),
         loss_grads=losses_with_gradients(graph, schedule),
         lazy=lazy,

@@ -127,6 +127,7 @@ class Segment:
             {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
             dict(zip(self.loop_dims, indices, strict=True)),
             t.outputs, t.grad_reads, t.consumers, t.loss_grads, t.lazy, t.deferred,
+            t.grad_reuse,
         )  # fmt: skip
         run_steps(ctx, self.steps)
         new = {n: v for n, v in ctx.values.items() if n not in values and n in self.live}

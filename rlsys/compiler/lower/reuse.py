@@ -9,17 +9,17 @@ activations whose derivative is a function of their output alone (tanh: 1 - y^2)
 re-run reads the loop's stored output y, and the derivative flows to the op's input z as
 if z had been recomputed. Nothing reads z's value then, so XLA drops the products that
 computed it: at 256-wide layers, the actor's forward pass over the whole rollout. At the
-scaling sweep's width=256 point an iteration took 383 ms instead of 427 (medians of 5 rounds
-alternating in one process), with the same losses to 1e-7: the stored activations come from
-the acting loop's per-step products, whose rounding may differ in the last bit.
+scaling sweep's width=256 point an iteration took 375 ms instead of 413, with the same
+losses to 1.2e-7 (`python benchmarks/reuse_ab.py width=256`): the stored activations come
+from the acting loop's per-step products, whose rounding may differ in the last bit.
 
 The loop then stacks those activations, one more store per step, and the re-run reads them
 back from memory. Where layers are narrow the re-run is cheaper in cache, a chunk at a time
 (`chunked_grad.py`), and reading stored activations there was slower (layers=4, 64 wide,
-chunked: 133 against 120 ms; at 512 envs, 109.0 against 99.5 in the eighteenth session). So
-activations are reused only when one on the path is at least MIN_WIDTH wide, where products
-are compute-bound and nothing is chunked, on the backends that chunk (CPU); on a GPU it has
-not been measured.
+chunked: 129 against 120 ms with `--min-width 1`; at 512 envs, 109.0 against 99.5 in the
+eighteenth session). So activations are reused only when one on the path is at least
+MIN_WIDTH wide, where products are compute-bound and nothing is chunked, on the backends
+that chunk (CPU); on a GPU it has not been measured.
 """
 
 from __future__ import annotations
@@ -40,17 +40,20 @@ DERIVATIVE_OF_OUTPUT = {
 }
 
 
-def reusable(graph: Graph, path: set[int]) -> frozenset[int]:
-    """The nodes of a gradient's re-run `path` whose stored outputs it would take instead of
-    recomputing them, where they are computed anyway: none unless one is MIN_WIDTH wide or
-    more, on a backend that chunks gradients."""
+def reusable(graph: Graph, path: set[int], loops_of, loops) -> frozenset[int]:
+    """The nodes of a gradient's re-run `path` whose stored outputs it takes instead of
+    recomputing them: activations computed by a loop nested in the gradient's `loops` (the
+    acting loop inside the iteration; `loops_of`: node -> its loops' dims, the schedule's),
+    when one of them is MIN_WIDTH wide or more, on a backend that chunks gradients. The
+    path's nodes computed at the gradient's own level need nothing: XLA computes them once
+    for the loss and its gradient."""
     if jax.default_backend() not in chunked_grad.CHUNKED_BACKENDS:
         return frozenset()
-    candidates = [n for n in path if graph[n].op in DERIVATIVE_OF_OUTPUT]
-    widths = [_width(graph[n].shape) for n in candidates]
-    if not widths or max(widths) < MIN_WIDTH:
+    inner = [n for n in path if graph[n].op in DERIVATIVE_OF_OUTPUT
+             and len(loops_of.get(n, ())) > len(loops)]  # fmt: skip
+    if not inner or max(_width(graph[n].shape) for n in inner) < MIN_WIDTH:
         return frozenset()
-    return frozenset(candidates)
+    return frozenset(inner)
 
 
 def _width(shape) -> int:
