@@ -9,7 +9,7 @@ activations whose derivative is a function of their output alone (tanh: 1 - y^2)
 re-run reads the loop's stored output y, and the derivative flows to the op's input z as
 if z had been recomputed. Nothing reads z's value then, so XLA drops the products that
 computed it: at 256-wide layers, the actor's forward pass over the whole rollout. At the
-scaling sweep's width=256 point an iteration took 375 ms instead of 413, with the same
+scaling sweep's width=256 point an iteration took 380 ms instead of 416, with the same
 losses to 1.2e-7 (`python benchmarks/reuse_ab.py width=256`): the stored activations come
 from the acting loop's per-step products, whose rounding may differ in the last bit.
 
@@ -42,18 +42,19 @@ DERIVATIVE_OF_OUTPUT = {
 
 def reusable(graph: Graph, path: set[int], loops_of, loops) -> frozenset[int]:
     """The nodes of a gradient's re-run `path` whose stored outputs it takes instead of
-    recomputing them: activations computed by a loop nested in the gradient's `loops` (the
-    acting loop inside the iteration; `loops_of`: node -> its loops' dims, the schedule's),
-    when one of them is MIN_WIDTH wide or more, on a backend that chunks gradients. The
-    path's nodes computed at the gradient's own level need nothing: XLA computes them once
-    for the loss and its gradient."""
+    recomputing them. Only where it reads activations that a loop nested in the gradient's
+    `loops` computed (the acting loop inside the iteration; `loops_of`: node -> its loops'
+    dims, the schedule's), one of them MIN_WIDTH wide or more, on a backend that chunks
+    gradients; then the path's activations computed at the gradient's own level too (the
+    critic's, for GAE): XLA does not merge all of their recomputation either (width=256:
+    382.6 against 392.8 ms per iteration, alternating in one process)."""
     if jax.default_backend() not in chunked_grad.CHUNKED_BACKENDS:
         return frozenset()
-    inner = [n for n in path if graph[n].op in DERIVATIVE_OF_OUTPUT
-             and len(loops_of.get(n, ())) > len(loops)]  # fmt: skip
+    candidates = [n for n in path if graph[n].op in DERIVATIVE_OF_OUTPUT]
+    inner = [n for n in candidates if len(loops_of.get(n, ())) > len(loops)]
     if not inner or max(_width(graph[n].shape) for n in inner) < MIN_WIDTH:
         return frozenset()
-    return frozenset(inner)
+    return frozenset(candidates)
 
 
 def _width(shape) -> int:
