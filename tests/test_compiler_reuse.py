@@ -38,7 +38,7 @@ def _program():
         prog.output("loss", loss)
         prog.output("g1", rt.grad(loss, w1))
         prog.output("g2", rt.grad(loss, w2))
-    return prog, x
+    return prog
 
 
 def _inputs():
@@ -69,7 +69,7 @@ def _products(exe) -> int:
 @pytest.mark.parametrize("min_width", [1, 10**6])  # reused, recomputed
 def test_the_gradient_with_stored_activations_equals_jax_grad(monkeypatch, min_width) -> None:
     monkeypatch.setattr(reuse, "MIN_WIDTH", min_width)
-    prog, _ = _program()
+    prog = _program()
     exe = prog.compile(bounds=dict(zip(prog.bounds, (B, T), strict=True)))
     out = exe.run(_inputs())
     loss, (g1, g2) = _expected(**_inputs())
@@ -106,7 +106,7 @@ def _reused(program, min_width: int, monkeypatch) -> frozenset[int]:
 
 
 def test_narrow_activations_are_recomputed(monkeypatch) -> None:
-    prog, _ = _program()
+    prog = _program()
     graph = prog.graph()
     tanh = {n for n in graph.nodes if graph[n].op == "tanh"}
     assert _reused(prog, WIDTH + 1, monkeypatch) == frozenset()
@@ -114,7 +114,7 @@ def test_narrow_activations_are_recomputed(monkeypatch) -> None:
 
 
 def test_only_activations_of_a_loop_inside_the_gradients_are_reused(monkeypatch) -> None:
-    # PPO's minibatch update computes its activations at the gradient's own level (XLA
-    # computes them once for the loss and its gradient): nothing to take, however wide
+    # PPO's minibatch update computes its activations in the gradient's own loop, from
+    # parameters that no acting loop used: nothing to take, however wide
     cfg = PPOConfig(env="gymnax:CartPole-v1", total_steps=2048).validate()
     assert _reused(build_ppo(cfg).program, 1, monkeypatch) == frozenset()

@@ -17,7 +17,7 @@ The loop then stacks those activations, one more store per step, and the re-run 
 back from memory. Where layers are narrow the re-run is cheaper in cache, a chunk at a time
 (`chunked_grad.py`), and reading stored activations there was slower (layers=4, 64 wide,
 chunked: 129 against 120 ms with `--min-width 1`; at 512 envs, 109.0 against 99.5 in the
-eighteenth session). So activations are reused only when one on the path is at least
+eighteenth session). So activations are reused only where the acting loop's are at least
 MIN_WIDTH wide, where products are compute-bound and nothing is chunked, on the backends
 that chunk (CPU); on a GPU it has not been measured.
 """
