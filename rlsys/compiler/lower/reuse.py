@@ -24,8 +24,9 @@ that chunk (CPU); on a GPU it has not been measured.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
-import jax.numpy as jnp
 
 from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower import chunked_grad
@@ -62,17 +63,15 @@ def _width(shape) -> int:
     return shape[-1] if shape and isinstance(shape[-1], int) else 1
 
 
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
 def with_stored_output(op: str, z, y):
-    """`op(z)` given its value `y`: y, with the derivative of op at z passed on to z."""
+    """`op(z)` given its value `y`: y, with the derivative of op at z passed on to z (y is
+    data: nothing flows back to it)."""
+    return y
 
-    @jax.custom_jvp
-    def known(z, y):
-        return y
 
-    @known.defjvp
-    def known_jvp(primals, tangents):
-        _, y = primals
-        dz, _ = tangents
-        return y, dz * DERIVATIVE_OF_OUTPUT[op](y)
-
-    return known(z, jax.lax.stop_gradient(jnp.asarray(y)))
+@with_stored_output.defjvp
+def _with_stored_output_jvp(op: str, primals, tangents):
+    _, y = primals
+    dz, _ = tangents
+    return y, dz * DERIVATIVE_OF_OUTPUT[op](y)
