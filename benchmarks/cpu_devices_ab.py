@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
+    envs = grid()[args.point]["envs"]
+    if args.devices < 2 or envs % args.devices:
+        parser.error(f"--devices must be at least 2 and divide the point's {envs} envs")
     flag = f"--xla_force_host_platform_device_count={args.devices}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}"
     import jax  # after XLA_FLAGS: the flag is read when the CPU backend starts
