@@ -34,9 +34,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    envs = grid()[args.point]["envs"]
-    if args.devices < 2 or envs % args.devices:
-        parser.error(f"--devices must be at least 2 and divide the point's {envs} envs")
+    point = grid()[args.point]
+    if args.devices < 2 or point["envs"] % args.devices:
+        parser.error(f"--devices must be at least 2 and divide the point's {point['envs']} envs")
     flag = f"--xla_force_host_platform_device_count={args.devices}"
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}"
     import jax  # after XLA_FLAGS: the flag is read when the CPU backend starts
@@ -44,7 +44,6 @@ def main() -> None:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    point = grid()[args.point]
     sizes = (OBS_SIZE, *(point["width"],) * point["layers"], 2)
     rng = np.random.default_rng(0)
     weights = [jnp.asarray(rng.normal(0, n**-0.5, (n, m)), jnp.float32)
