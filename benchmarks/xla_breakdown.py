@@ -73,7 +73,7 @@ def describe(instruction: str) -> str:
     return text
 
 
-def build(workload: str, iterations: int, point: dict[str, int]):
+def build(workload: str, iterations: int, point: dict[str, int], devices: int = 1):
     """The compiled program: PPO with 10 iterations per call, or A2C with one at `point`."""
     if workload == "ppo":
         from rlsys.algos.config import PPOConfig
@@ -92,7 +92,7 @@ def build(workload: str, iterations: int, point: dict[str, int]):
                            hidden_size=point["width"], hidden_layers=point["layers"],
                            iterations_per_call=1).validate()  # fmt: skip
         built = build_a2c(config)
-    return built.program.compile(bounds=built.bounds,
+    return built.program.compile(bounds=built.bounds, devices=devices,
                                  iterations_per_call=config.iterations_per_call)  # fmt: skip
 
 
@@ -130,13 +130,22 @@ def main() -> None:
     for factor, value in SWEEP_BASE.items():
         help = f"sweep only: the scaling sweep's {factor} (default {value})"
         parser.add_argument(f"--{factor}", type=int, default=value, help=help)
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="CPU devices the envs are split over (compile(devices=N))",
+    )
     args = parser.parse_args()
     # Read once, when the first computation starts the backend: nothing has run yet.
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TRACE_FLAG}".strip()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys from this checkout
+    from rlsys.compiler import use_cpu_devices
+
+    use_cpu_devices(args.devices)
     warm, window = (20, 30) if args.workload == "ppo" else (3, 8)
     point = {factor: getattr(args, factor) for factor in SWEEP_BASE}
-    exe = build(args.workload, warm + window + 10, point)
+    exe = build(args.workload, warm + window + 10, point, args.devices)
     texts = exe.optimized_hlo()
     owner, body, labels = parse_hlo(next(iter(texts.values())))
     with tempfile.TemporaryDirectory() as folder:

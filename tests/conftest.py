@@ -8,6 +8,7 @@ import signal
 import tempfile
 
 _CACHE_HOME = tempfile.mkdtemp(prefix="rlsys-test-cache-")
+CPU_DEVICES = 2  # for programs split over devices (test_compiler_data_parallel.py)
 
 
 def pytest_configure(config) -> None:
@@ -20,6 +21,10 @@ def pytest_configure(config) -> None:
     # every child: restore Python's handler (children then get the default at exec).
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Before any test runs JAX: the CPU backend reads it when it starts.
+    from rlsys.compiler import use_cpu_devices
+
+    use_cpu_devices(CPU_DEVICES)
 
 
 def pytest_unconfigure(config) -> None:

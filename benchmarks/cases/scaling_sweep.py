@@ -9,9 +9,12 @@ varies at a time: envs {64, 256, 512}, episode length {125, 250, 500}, width {16
 layers {1, 2, 4}: 9 points, 4 systems each.
 
 * `rlsys@POINT`: `rlsys.algos.a2c.build_a2c` with `A2CConfig(env="trivial:16:T",
-  num_steps=T, ...)`, one iteration per jitted call;
-* `auto@POINT`: the same with `segmented="auto"` (`--segmented auto`: the iteration compiled
-  as several XLA programs where compiling, not running, sets the peak memory);
+  num_steps=T, ...)`, one iteration per jitted call, compiled with `devices="auto"`: JAX
+  has one CPU device per core the process may use, and the compiler keeps the envs split
+  over them (`rlsys/compiler/lower/data_parallel.py`) if that ran the first iterations
+  faster than one device did (its choice is in the result as `placement`);
+* `auto@POINT`: the same on one device, with `segmented="auto"` (the iteration compiled as
+  several XLA programs where compiling, not running, sets the peak memory);
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.
@@ -27,6 +30,7 @@ point on one row, with each rlsys variant's speed-up over each baseline.
 from __future__ import annotations
 
 import itertools
+import os
 import resource
 import statistics
 import sys
@@ -77,7 +81,9 @@ def _train_rlsys(point: dict[str, int], iterations: int, seed: int,
                        hidden_layers=point["layers"], iterations_per_call=1,
                        seed=seed).validate()  # fmt: skip
     built = build_a2c(config)
-    exe = built.program.compile(bounds=built.bounds, iterations_per_call=1, segmented=segmented)
+    devices = 1 if segmented else "auto"  # segments run on one device
+    exe = built.program.compile(bounds=built.bounds, iterations_per_call=1, segmented=segmented,
+                                devices=devices)  # fmt: skip
     setup_seconds = time.perf_counter() - began
     stamps, returns = [time.perf_counter()], []
 
@@ -87,7 +93,9 @@ def _train_rlsys(point: dict[str, int], iterations: int, seed: int,
 
     exe.run(on_iteration=on_iteration)
     seconds = [b - a for a, b in itertools.pairwise(stamps)]
-    return {"iteration_seconds": seconds, "setup_seconds": setup_seconds, "mean_returns": returns}
+    timed = {f"call_ms_on_{n}_devices": 1e3 * t for n, t in exe.placement_seconds.items()}
+    return {"iteration_seconds": seconds, "setup_seconds": setup_seconds, "mean_returns": returns,
+            "placement": {"devices": exe.devices, **timed}}  # fmt: skip
 
 
 def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
@@ -100,6 +108,10 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
         from benchmarks.baselines import purejaxrl_style_a2c as module  # jax, optax
     else:
         import rlsys.algos.a2c  # noqa: F401  (jax and the compiler)
+        from rlsys.compiler import use_cpu_devices
+
+        if impl == "rlsys":  # before JAX starts: a device per core, for devices="auto"
+            use_cpu_devices(len(os.sched_getaffinity(0)))
     idle = _rss_mib()
     factors = grid()[point]
     warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)
@@ -125,13 +137,15 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
         peak_rss_mib=peak,
         above_idle_mib=peak - idle,
         final_return=result["mean_returns"][-1],
+        **result.get("placement", {}),
     )
 
 
 # -- the case's own table: one row per point ------------------------------------------------------
 def sweep_table(rows: Sequence) -> str:
     """Markdown: per point, each system's seconds per iteration, each rlsys variant's speed-up
-    over each baseline, and memory above idle (peak RSS MiB in brackets)."""
+    over each baseline, memory above idle (peak RSS MiB in brackets), and the devices rlsys
+    ran on."""
     by_name = {row.system: row for row in rows}
 
     def metric(impl: str, point: str, key: str) -> float | None:
@@ -145,6 +159,7 @@ def sweep_table(rows: Sequence) -> str:
     header += [f"{impl} s/iter" for impl in IMPLS]
     header += [f"{ours} vs {baseline}" for ours in OURS for baseline in BASELINES]
     header += [f"{impl} MiB above idle (peak)" for impl in IMPLS]
+    header += ["rlsys devices (median)"]  # devices="auto"'s choice
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for point, factors in grid().items():
@@ -162,6 +177,7 @@ def sweep_table(rows: Sequence) -> str:
         cells = [point, *map(str, factors.values())]
         cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
         cells += [fmt(r, "{:.2f}×") for r in ratios] + memory
+        cells += [fmt(metric("rlsys", point, "devices"), "{:g}")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -173,15 +173,18 @@ class Program:
         debug: bool = False,
         iterations_per_call: int = 1,
         segmented: bool | str = False,
+        devices: int = 1,
     ):
         """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
         "ref" (the point-by-point reference interpreter). `debug=True` verifies the IR after
         every pass; `iterations_per_call=K` runs K iterations per jitted call;
         `segmented=True` compiles an iteration as several XLA programs, cut after its loops
         and gradients, run one iteration per call: less memory to compile, a little slower;
-        "auto" only where compiling, not running, would set the peak memory."""
+        "auto" only where compiling, not running, would set the peak memory. `devices=N`
+        splits the iterations' points (the environments) over N devices, each running its
+        share; on CPU, first call `use_cpu_devices(N)` (see `lower/data_parallel.py`)."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,
                              iterations_per_call=iterations_per_call,
-                             segmented=segmented)  # fmt: skip
+                             segmented=segmented, devices=devices)  # fmt: skip

@@ -9,9 +9,12 @@ for the next one (`heap.py`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
+import jax
 import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
@@ -30,6 +33,7 @@ from rlsys.compiler.sinks import fire_all
 from rlsys.compiler.stages import is_host_op
 
 BACKENDS = ("jax", "ref")
+PLACEMENT_ROUNDS = 3  # timed calls of each placement for devices="auto"
 
 
 def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
@@ -80,9 +84,45 @@ class ReferenceExecutable:
         return fire_all(self.graph.sinks, outputs)
 
 
+def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
+    """`devices="auto"`: the program on one device and split over all of them
+    (`lower/data_parallel.py`), whichever runs its iterations faster, timed alternately
+    (after a first call each) from the initial state. On CPU the split runs the acting loop
+    on every core but costs collectives and idle waits: on the scaling sweep it won by
+    10-11% at 4 layers and 256 envs, and lost by 10-20% at 512 envs, at 500 steps and at
+    width 256 (`benchmarks/data_parallel_ab.py`). `placement` says what was chosen, and why;
+    `placement_seconds` holds the median seconds per call by device count."""
+    one = place(devices=1)
+    count = len(jax.devices())
+    if count == 1 or not one.host_loop or one.staged:
+        one.placement = "one device: " + (
+            "JAX has one" if count == 1 else "the program does not run as whole jitted iterations"
+        )
+        return one
+    try:
+        split = place(devices=count)
+    except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
+        one.placement = f"one device: {err}"
+        return one
+    timers = {1: one.call_timer(), count: split.call_timer()}
+    seconds: dict[int, list[float]] = {1: [], count: []}
+    for k in range(1 + PLACEMENT_ROUNDS):
+        for devices, timer in timers.items():
+            took = timer()
+            if k:  # the first call of each pays for first-time setup
+                seconds[devices].append(took)
+    medians = {devices: statistics.median(s) for devices, s in seconds.items()}
+    chosen = min(medians, key=medians.get)
+    executable = one if chosen == 1 else split
+    executable.placement_seconds = medians
+    executable.placement = (f"{chosen} device(s): {1e3 * medians[count]:.1f} ms per call split "
+                            f"over {count}, {1e3 * medians[1]:.1f} on one")  # fmt: skip
+    return executable
+
+
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
                   debug: bool = False, iterations_per_call: int = 1,
-                  segmented: bool | str = False):  # fmt: skip
+                  segmented: bool | str = False, devices: int | str = 1):  # fmt: skip
     if backend not in BACKENDS:
         raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bound_values = bind_bounds(graph, bounds)
@@ -105,9 +145,9 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
             )
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
-    executable = JaxExecutable(optimized, bound_values, schedule, specs,
-                               iterations_per_call=iterations_per_call,
-                               segmented=segmented)  # fmt: skip
+    place = partial(JaxExecutable, optimized, bound_values, schedule, specs,
+                    iterations_per_call=iterations_per_call, segmented=segmented)  # fmt: skip
+    executable = _faster_placement(place) if devices == "auto" else place(devices=devices)
     executable.pass_timings = timings
     release_freed_heap()  # what XLA's compilation freed would stay resident otherwise
     keep_freed_buffers()  # but what its executions free is reused, not unmapped each call

@@ -33,6 +33,7 @@ from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Edge, Graph, Node, concrete_shape, is_identity, largest_extent
 from rlsys.compiler.lower.chunked_grad import chunk_values, row_chunking, summed_over_chunks
+from rlsys.compiler.lower.data_parallel import AXIS, Split
 from rlsys.compiler.lower.padded import check_consumer, masked_reduction
 from rlsys.compiler.lower.reuse import with_stored_output
 from rlsys.compiler.rules import RULES
@@ -78,13 +79,16 @@ class Context:
     # (`reuse.py`); in a re-run, those activations' values
     grad_reuse: dict[int, frozenset[int]] = field(default_factory=dict)
     reused: dict[int, Value] = field(default_factory=dict)
+    # inside a data-parallel program, how its points are split over devices; `bounds` then
+    # holds the split dim's extent on one device (`data_parallel.py`)
+    split: Split | None = None
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
                        self.grad_reads, self.consumers, self.loss_grads, self.lazy,
-                       self.deferred, self.grad_reuse, self.reused)  # fmt: skip
+                       self.deferred, self.grad_reuse, self.reused, self.split)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]
@@ -227,6 +231,9 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...],
         return _input_value(ctx, node, vector_dims)
     if node.op == "dim_value":
         env = _coordinate_env(ctx, vector_dims, 0)
+        if ctx.split is not None and ctx.split.dim in env:  # the point's global coordinate
+            env[ctx.split.dim] = env[ctx.split.dim] + ctx.split.offset()
+            env[ctx.split.dim.bound] = ctx.split.extent
         extents = [ctx.extent(d) for d in vector_dims]
         value = jnp.broadcast_to(jnp.asarray(params["expr"].evaluate(env), "int32"), extents)
         return Value(value, vector_dims)
@@ -263,7 +270,10 @@ def compute_node(ctx: Context, node: Node, vector_dims: tuple[Dim, ...],
         extents = tuple(ctx.extent(d) for d in vector_dims)
         reads += [(jnp.broadcast_to(jnp.asarray(n.evaluate(env)), extents), vector_dims)
                   for _, n in sorted(padded.items())]  # fmt: skip
-    return Value(_vectorized(ctx, fn, reads, vector_dims, RULES[node.op].rows), vector_dims)
+    array = _vectorized(ctx, fn, reads, vector_dims, RULES[node.op].rows)
+    if ctx.split is not None and node.id in ctx.split.reductions:  # over every device's points
+        array = ctx.split.combine(node.id, array)
+    return Value(array, vector_dims)
 
 
 def _order_of_inputs(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]):
@@ -446,6 +456,8 @@ def _lazy_where_value(ctx: Context, node: Node, vector_dims: tuple[Dim, ...]) ->
 
     trips = (jnp.sum(needed) + rows - 1) // rows
     values = jnp.zeros((size, *point.shape), point.dtype)
+    if ctx.split is not None:  # the loop's carry: as its chunks' values
+        values = ctx.split.varying(values, vector_dims)
     values = jax.lax.fori_loop(0, trips, chunk, values).reshape(*extents, *point.shape)
     reads = [mask, (values, vector_dims), read_edge(ctx, otherwise_edge, vector_dims)]
     return Value(_vectorized(ctx, jnp.where, reads, vector_dims), vector_dims)
@@ -508,9 +520,16 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
         inside = [p for p, s in zip(parts, starts, strict=True) if start <= s < stop]
         return inside[0] if len(inside) == 1 else jnp.concatenate(inside, axis=axis)
 
+    # Split over devices, a loss reducing all points is taken over each device's, and so
+    # its gradient; they are combined once, after (each chunk's would cost a collective).
+    split = ctx.split
+    per_device = split is not None and split.reductions.get(loss_edge.node) in ("sum", "mean")
+
     def loss_of(base: Context, *parts):
         inner = base.child()
         inner.loss_grads = {}  # the loss here is the plain forward pass
+        if per_device:
+            inner.split = split.without(loss_edge.node)
         inner.reused = {m: base.values[m] for m in stored}
         whole = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=axis)
         inner.values[param_edge.node] = Value(whole, param.axes)
@@ -521,6 +540,8 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
         return inner.values[loss_edge.node].array
 
     pieces = jnp.split(param.array, cuts, axis=axis) if cuts else [param.array]
+    if per_device:  # differentiated per device, else JAX would sum each chunk's over devices
+        pieces = [jax.lax.pcast(piece, AXIS, to="varying") for piece in pieces]
 
     def loss_and_grads(base: Context):
         loss, pullback = jax.vjp(partial(loss_of, base), *pieces)
@@ -543,6 +564,8 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
 
         loss, grads = summed_over_chunks(chunking, extent, run_chunk)
     grad = grads[0] if len(grads) == 1 else jnp.concatenate(grads, axis=axis)
+    if per_device:  # one collective for both
+        loss, grad = split.combine(loss_edge.node, (loss, grad))
     return Value(loss, loss_axes[-1]), Value(grad, param.axes)
 
 

@@ -174,8 +174,14 @@ class LoopPlan:
             slices[node] = jnp.flip(part, axis=0) if reverse else part
         return indices, slices
 
-    def initial_carry(self) -> dict[int, Any]:
-        return {m: self._zeros(m, size) for m, size in _window_sizes(self.ctx, self.loop).items()}
+    def initial_carry(self, inside: bool = False) -> dict[int, Any]:
+        """Zeros for the windows; `inside` a program split over devices, those along the
+        split dim differ from device to device (as the body's values will)."""
+        carry = {m: self._zeros(m, size) for m, size in _window_sizes(self.ctx, self.loop).items()}
+        split = self.ctx.split
+        if inside and split is not None:
+            carry = {m: split.varying(z, self.window_axes[m]) for m, z in carry.items()}
+        return carry
 
     def initial_stacks(self) -> dict[int, Any]:
         """Zeros for the kept members' values at every step (loop dim first), for a loop run
@@ -250,7 +256,7 @@ def run_loop(ctx: Context, loop: Loop) -> None:
         carry, kept = plan.body(carry, inputs)
         return carry, _packed_small(kept, packings)
 
-    carry, (packed, stacked) = jax.lax.scan(step, plan.initial_carry(), inputs,
+    carry, (packed, stacked) = jax.lax.scan(step, plan.initial_carry(inside=True), inputs,
                                             reverse=loop.reverse)  # fmt: skip
     if packed:
         stacked |= Packing(packings[-1].shapes, rows=ctx.extent(loop.dim)).unpack(packed)

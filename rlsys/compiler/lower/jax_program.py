@@ -24,6 +24,7 @@ the constructor, so a bad program fails at `compile()`, never inside `run()`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -32,12 +33,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from rlsys.compiler.autodiff import path_nodes, rerun_reads
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
+from rlsys.compiler.lower.data_parallel import Split, plan_split
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
@@ -143,7 +146,8 @@ class JaxExecutable:
 
     def __init__(self, graph: Graph, bounds: dict[Bound, int], schedule: Schedule,
                  specs: Mapping[str, InputSpec], host_loop: bool = True,
-                 iterations_per_call: int = 1, segmented: bool | str = False) -> None:  # fmt: skip
+                 iterations_per_call: int = 1, segmented: bool | str = False,
+                 devices: int = 1) -> None:  # fmt: skip
         self.ir, self.bounds, self.schedule, self.input_specs = graph, bounds, schedule, specs
         if iterations_per_call < 1:
             raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
@@ -154,12 +158,33 @@ class JaxExecutable:
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
         self.host_loop = host_loop and len(loops) == 1
         self._staged_parts: list[StagedSteps] = []
+        self.split = self._split(devices, segmented)
+        # where the iterations run, and (with compile(devices="auto")) why
+        self.placement = "one device" if self.split is None else f"split over {devices} devices"
+        self.devices = devices
+        self.placement_seconds: dict[int, float] = {}  # timed by compile(devices="auto")
         self._compile(iterations_per_call, loops, cut=bool(segmented))
         if segmented == "auto" and self._largest_segment_temporaries() > SEGMENTED_TEMPORARIES:
             # Running sets much of the peak: segments would save little memory, and one
             # program is faster (segments recompute what a gradient's re-run shares with
             # earlier steps).
             self._compile(iterations_per_call, loops, cut=False)
+
+    def _split(self, devices: int, segmented: bool | str) -> Split | None:
+        """How `devices` devices share the iterations' points (`data_parallel.py`)."""
+        if not isinstance(devices, int) or devices < 1:
+            raise RecurrenceError(f"devices must be a positive integer or 'auto', got {devices!r}")
+        if devices == 1:
+            return None
+        host_ops = any(has_host(self.ir, step) for step in self.schedule.steps)
+        if not self.host_loop or host_ops or segmented:
+            why = ("it has host ops" if host_ops else "it is segmented" if segmented
+                   else "it has no loop over its iterations")  # fmt: skip
+            raise RecurrenceError(
+                f"compile(devices={devices}) splits whole jitted iterations over devices, "
+                f"and this program cannot run so: {why}. Compile it with devices=1"
+            )
+        return plan_split(self.ir, self.schedule, self.bounds, devices, self.ir.dims[0])
 
     def _compile(self, iterations_per_call: int, loops: list[int], cut: bool) -> None:
         """Trace and compile: as segments run from the host (for host ops, or `cut`: see
@@ -256,16 +281,43 @@ class JaxExecutable:
         self._calls = {}  # iterations per call -> compiled function (a shorter last call)
         start = jax.ShapeDtypeStruct((), jnp.int32)
         shapes = (abstract, pre_shapes, carry_shapes, start)
+        _, kept_shapes = jax.eval_shape(partial(self._iterations, size=1), *shapes)
+        place = self._placement(plan, pre_shapes, kept_shapes)
         for size in {min(self.iterations_per_call, extent), extent % self.iterations_per_call}:
             if size:
-                traced = jax.jit(partial(self._iterations, size=size))
+                traced = jax.jit(place(partial(self._iterations, size=size)))
                 self._calls[size] = compile_frugally(traced.lower(*shapes))
-        _, kept_shapes = jax.eval_shape(partial(self._iterations, size=1), *shapes)
         stacked = {m: jax.ShapeDtypeStruct((extent, *s.shape[1:]), s.dtype)
                    for m, s in kept_shapes.items()}  # fmt: skip
         self._epilogue_fn = jax.jit(self._epilogue).lower(abstract, pre_shapes, stacked).compile()
         self.iteration_outputs = {name: edge.node for name, edge in self.ir.outputs
                                   if edge.node in kept_shapes}  # fmt: skip
+
+    def _placement(self, plan: LoopPlan, pre_shapes, kept_shapes) -> Callable:
+        """Iterations as they run: as they are, or split over devices (`data_parallel.py`).
+        Each argument is spread along the split dim where it has that axis; so, from then
+        on, are the arguments the host passes (`_placed_arguments`)."""
+        split = self.split
+        if split is None:
+            return lambda iterations: iterations
+        replicated = PartitionSpec()
+        carry = {m: split.spec(plan.window_axes[m], leading=1) for m in self._carry0}
+        in_specs = (replicated, {n: split.spec(self._axes[n]) for n in pre_shapes}, carry,
+                    replicated)  # fmt: skip
+        out_specs = (carry, {m: split.spec(self._kept_axes[m], leading=1) for m in kept_shapes})
+        self._argument_shardings = jax.tree.map(
+            split.sharding, in_specs[:3], is_leaf=lambda x: isinstance(x, PartitionSpec)
+        )
+        return lambda iterations: jax.shard_map(partial(iterations, split=split),
+                                                mesh=split.mesh, in_specs=in_specs,
+                                                out_specs=out_specs)  # fmt: skip
+
+    def _placed_arguments(self, *arguments):
+        """Inputs, prologue values and carry where the split iterations take them: moved
+        once, not by every call."""
+        if self.split is None:
+            return arguments
+        return jax.device_put(arguments, self._argument_shardings)
 
     def _values(self, arrays: Mapping[int, Any]) -> dict[int, Value]:
         return {n: Value(a, self._axes[n]) for n, a in arrays.items()}
@@ -276,9 +328,12 @@ class JaxExecutable:
         self._axes.update({n: v.axes for n, v in ctx.values.items()})
         return {n: v.array for n, v in ctx.values.items()}
 
-    def _iterations(self, inputs, pre, carry, start, *, size: int):
-        """`size` consecutive iterations from `start` (downwards for a reverse loop)."""
-        ctx = _context(self.ir, self.bounds, inputs, self.schedule, self._values(pre))
+    def _iterations(self, inputs, pre, carry, start, *, size: int, split: Split | None = None):
+        """`size` consecutive iterations from `start` (downwards for a reverse loop); with
+        `split`, those of one device's points."""
+        bounds = self.bounds if split is None else split.local_bounds(self.bounds)
+        ctx = _context(self.ir, bounds, inputs, self.schedule, self._values(pre))
+        ctx.split = split
         plan = LoopPlan.make(ctx, self._loop)
         scanned = jax.lax.scan(plan.body, carry, plan.scan_inputs(start, size, self._loop.reverse))
         self._kept_axes = plan.kept_axes  # how the epilogue finds the stacks
@@ -319,6 +374,8 @@ class JaxExecutable:
         carry, done = self._carry0, 0
         if resume is not None:
             carry, done = self._resumed_carry(resume), resume.done
+        if not self.staged:
+            arrays, pre, carry = self._placed_arguments(arrays, pre, carry)
         kept, started = [], done
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:
@@ -337,7 +394,8 @@ class JaxExecutable:
                 break
         # Staged iterations keep their outputs on the host; an eager jnp.concatenate of them
         # would be compiled for their count.
-        concatenate = np.concatenate if self.staged else jnp.concatenate
+        # Split iterations' outputs are spread over devices, where the epilogue is not.
+        concatenate = np.concatenate if self.staged or self.split else jnp.concatenate
         stacked = {m: concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
         at_end = [s for s in self.ir.sinks if s not in per_iteration]
         if done < extent or started > 0:  # a part of the loop: what each iteration computed
@@ -348,6 +406,25 @@ class JaxExecutable:
             stacked = {m: jnp.flip(a, axis=0) for m, a in stacked.items()}
         outputs = self._epilogue_fn(arrays, pre, stacked)
         return fire_all(at_end, {k: np.asarray(v) for k, v in outputs.items()})
+
+    def call_timer(self) -> Callable[[], float]:
+        """A function that runs one jitted call of iterations from the initial state (inputs
+        of zeros; results discarded) and returns its seconds: for choosing between
+        compilations of one program (`compile(devices="auto")`)."""
+        if not self.host_loop or self.staged:
+            raise RecurrenceError("internal: only whole jitted iterations are timed")
+        arrays = {n: np.zeros(spec.shape, spec.dtype) for n, spec in self.input_specs.items()}
+        arrays, pre, carry = self._placed_arguments(arrays, self._prologue_fn(arrays),
+                                                    self._carry0)  # fmt: skip
+        start = self.bounds[self._loop.dim.bound] - 1 if self._loop.reverse else 0
+        call = self._calls[min(self._calls)]
+
+        def seconds() -> float:
+            began = time.perf_counter()
+            jax.block_until_ready(call(arrays, pre, carry, np.int32(start)))
+            return time.perf_counter() - began
+
+        return seconds
 
     def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
         expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry0.items()}
