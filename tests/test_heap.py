@@ -57,16 +57,19 @@ def test_compiling_releases_the_freed_heap(monkeypatch) -> None:
 
 
 # The scaling sweep's base point (A2C on the trivial env, 256 envs x 250 steps): about 40 MiB
-# of temporaries per iteration (its gradient runs a chunk of points at a time). Prints the page
-# faults each of its iterations took.
+# of temporaries per iteration (its gradient runs a chunk of points at a time); or its envs=512
+# point split over two CPU devices: 43 MiB per device, allocated by each device's thread.
+# Prints the page faults each of its iterations took.
 _SWEEP_ITERATIONS = """
 import resource
+from rlsys.compiler import use_cpu_devices
+use_cpu_devices({devices})
 from rlsys.algos.a2c import build_a2c
 from rlsys.algos.config import A2CConfig
-config = A2CConfig(env="trivial:16:250", num_envs=256, num_steps=250, total_steps=6 * 256 * 250,
-                   iterations_per_call=1).validate()
+config = A2CConfig(env="trivial:16:250", num_envs={envs}, num_steps=250,
+                   total_steps=6 * {envs} * 250, iterations_per_call=1).validate()
 built = build_a2c(config)
-exe = built.program.compile(bounds=built.bounds, iterations_per_call=1)
+exe = built.program.compile(bounds=built.bounds, iterations_per_call=1, devices={devices})
 faults, last = [], [resource.getrusage(resource.RUSAGE_SELF).ru_minflt]
 def count(i, outputs):
     now = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -77,10 +80,11 @@ print(*faults)
 """
 
 
-def _faults_per_iteration(**env: str) -> list[int]:
+def _faults_per_iteration(envs: int = 256, devices: int = 1, **env: str) -> list[int]:
     environ = {k: v for k, v in os.environ.items() if k != heap.ENV_VAR}
-    done = subprocess.run([sys.executable, "-c", _SWEEP_ITERATIONS], capture_output=True,
-                          text=True, env={**environ, **env}, timeout=300, check=True)  # fmt: skip
+    program = _SWEEP_ITERATIONS.replace("{envs}", str(envs)).replace("{devices}", str(devices))
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          env={**environ, **env}, timeout=300, check=True)  # fmt: skip
     return [int(n) for n in done.stdout.split()]
 
 
@@ -90,6 +94,19 @@ def test_iterations_reuse_the_buffers_earlier_ones_freed() -> None:
     with glibc's defaults (the opt-out) each one maps them afresh (9,700 faults)."""
     pages = 36 * MIB // 4096
     kept, default = _faults_per_iteration(), _faults_per_iteration(**{heap.ENV_VAR: "1"})
+    assert len(kept) == len(default) == 6
+    assert max(kept[2:]) < pages // 20, kept
+    assert min(default[2:]) > pages // 2, default
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_split_iterations_reuse_what_each_devices_thread_freed() -> None:
+    """Split over two devices, each device's thread allocates its 43 MiB of temporaries from
+    a per-thread heap of its own; kept mapped (`keep_thread_heaps`), no fresh pages after
+    the first iterations; with glibc's defaults each iteration maps them afresh."""
+    pages = 2 * 43 * MIB // 4096
+    kept = _faults_per_iteration(envs=512, devices=2)
+    default = _faults_per_iteration(envs=512, devices=2, **{heap.ENV_VAR: "1"})
     assert len(kept) == len(default) == 6
     assert max(kept[2:]) < pages // 20, kept
     assert min(default[2:]) > pages // 2, default

@@ -374,8 +374,10 @@ class JaxExecutable:
         carry, done = self._carry0, 0
         if resume is not None:
             carry, done = self._resumed_carry(resume), resume.done
+        # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
+        placed = [arrays, pre]
         if not self.staged:
-            arrays, pre, carry = self._placed_arguments(arrays, pre, carry)
+            *placed, carry = self._placed_arguments(arrays, pre, carry)
         kept, started = [], done
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:
@@ -384,7 +386,7 @@ class JaxExecutable:
             # staged iterations record their segments themselves; a jitted call is Backend
             call = self._calls[size] if self.staged else partial(profiled_call, None,
                                                                  self._calls[size])  # fmt: skip
-            carry, values = call(arrays, pre, carry, np.int32(start))
+            carry, values = call(*placed, carry, np.int32(start))
             kept.append(values)
             done += size
             stop = report and self._report(values, start, size, on_iteration, per_iteration)
