@@ -75,23 +75,23 @@ def release_freed_heap() -> bool:
     return True
 
 
+def _set_malloc_options(*options: tuple[int, int]) -> bool:
+    """`mallopt` each (parameter, value), unless the user opted out; False where that is not
+    possible, or opted out."""
+    mallopt = None if opted_out(ENV_VAR) else _libc_function("mallopt")
+    return mallopt is not None and all([bool(mallopt(*option)) for option in options])
+
+
 @functools.cache
 def keep_freed_buffers() -> bool:
     """From now on, memory freed in this process stays mapped for reuse (see the module
     docstring); False where that is not possible or the user opted out. Once per process."""
-    if opted_out(ENV_VAR):
-        return False
-    mallopt = _libc_function("mallopt")
-    if mallopt is None:
-        return False
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM))
+    return _set_malloc_options((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _NEVER_TRIM))
 
 
 @functools.cache
 def keep_thread_heaps() -> bool:
     """From now on, a per-thread heap that is all free stays mapped for reuse (see the module
-    docstring); False where that is not possible or the user opted out. Once per process."""
-    if opted_out(ENV_VAR):
-        return False
-    mallopt = _libc_function("mallopt")
-    return mallopt is not None and bool(mallopt(_M_TOP_PAD, THREAD_HEAP_BYTES))
+    docstring), for programs split over devices; False where that is not possible or the
+    user opted out. Once per process."""
+    return _set_malloc_options((_M_TOP_PAD, THREAD_HEAP_BYTES))
