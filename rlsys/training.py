@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 import rlsys
 from rlsys.algos import ALGORITHMS
 from rlsys.algos.config import SEGMENTED
+from rlsys.compiler import use_cpu_devices
 from rlsys.compiler.lower.jax_program import LoopState
 from rlsys.errors import UsageError
 from rlsys.scalar_log import ScalarLog
@@ -64,6 +65,16 @@ def _kept_rows(path: Path, before: int) -> list[list[str]]:
     return [row for row in rows if row and int(row[0]) < before]
 
 
+def _devices(config: Any) -> int | str:
+    """`compile(devices=)` for --devices, with JAX's CPU backend given that many devices
+    (one per core for "auto") before anything runs on it."""
+    if config.devices == "1":
+        return 1
+    auto = config.devices == "auto"
+    use_cpu_devices(len(os.sched_getaffinity(0)) if auto else int(config.devices))
+    return "auto" if auto else int(config.devices)
+
+
 def train(algo: str, config: Any, out: Path, quiet: bool = False,
           resume: bool = False) -> dict[str, Any]:  # fmt: skip
     """Build, compile and run `algo` with `config`, writing metrics.csv and checkpoints
@@ -71,11 +82,13 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     started = time.perf_counter()
     state = load_checkpoint(out / CHECKPOINT, algo) if resume else None
     with rlsys.phase("compile"):
+        devices = _devices(config)  # before building: an environment may run JAX
         built = ALGORITHMS[algo][1](config)
         executable = built.program.compile(
             bounds=built.bounds,
             iterations_per_call=config.iterations_per_call,
             segmented=SEGMENTED[config.segmented],
+            devices=devices,
         )
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()
@@ -127,6 +140,7 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
         "train_seconds": round(finished - compiled, 3),
         "env_steps_per_second": round(steps_run / max(finished - compiled, 1e-9), 1),
         "final_episode_return": last_return[0],
+        "placement": executable.placement,  # where the iterations ran (--devices)
     }
 
 

@@ -80,6 +80,9 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
         (["train", "dqn", "--train-frequency", "3"], "does not divide"),
         (["train", "dqn", "--loss", "l1"], "choose mse or huber"),
         (["train", "a2c", "--segmented", "true"], "choose no, yes, auto"),
+        (["train", "a2c", "--devices", "two"], "--devices 'two': a positive number or auto"),
+        (["train", "ppo", "--devices", "2", *SMALL], "not along b"),
+        (["train", "a2c", "--devices", "3", *SMALL], "use_cpu_devices(3)"),
         (["train", "dqn", "--env", "gymnax:Pendulum-v1", *SMALL], "dqn needs discrete actions"),
         (["train", "dqn", "--env", "trivial:4", *SMALL], "dqn needs discrete actions"),
     ],
@@ -360,3 +363,19 @@ def test_no_compile_cache_keeps_nothing(tmp_path: Path, monkeypatch) -> None:
     assert main(["train", "ppo", *SMALL, "--no-compile-cache", "--out", str(out)]) == 0
     assert not (tmp_path / "xdg").exists()
     assert (out / "summary.json").exists()
+
+
+def test_a2c_split_over_two_devices_learns_as_on_one(tmp_path: Path) -> None:
+    """--devices 2 (the test session's JAX has two CPU devices): the envs split over them,
+    the same episodes at the first iteration and losses equal to float rounding."""
+    options = ["--env", "trivial:4:16", "--total-steps", "1024", "--num-envs", "8",
+               "--num-steps", "16", "--iterations-per-call", "2", "--quiet"]  # fmt: skip
+    one, split = tmp_path / "one", tmp_path / "split"
+    assert main(["train", "a2c", *options, "--out", str(one)]) == 0
+    assert main(["train", "a2c", *options, "--devices", "2", "--out", str(split)]) == 0
+    assert json.loads((split / "summary.json").read_text())["placement"] == "split over 2 devices"
+    rows = [list(csv.DictReader((run / "metrics.csv").open())) for run in (one, split)]
+    assert len(rows[0]) == len(rows[1]) == 8
+    assert rows[0][0]["episode_return"] == rows[1][0]["episode_return"]
+    np.testing.assert_allclose([float(r["loss"]) for r in rows[1]],
+                               [float(r["loss"]) for r in rows[0]], rtol=1e-4)  # fmt: skip

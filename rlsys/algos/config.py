@@ -47,6 +47,12 @@ class CommonConfig:
     process's peak memory: small rollouts) or "no" (one program). On CPU, where compiling
     sets the peak, that peak falls by a quarter to a third, for iterations up to about 1.4x
     as long; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
+    devices: str = "1"
+    """Devices to split the environments over: a number, or "auto" (one CPU device per core,
+    kept only if the first iterations ran faster so than on one device). Each device runs
+    the whole iteration on its share; needs an in-graph environment and environments that
+    do not read each other's values: A2C and REINFORCE split, PPO's shuffled minibatches and
+    DQN's replay do not ("auto" then stays on one device)."""
     checkpoint_every: int = 50
     """Save checkpoint.npz every this many iterations (at the next call's end) and at the
     end; 0: only at the end."""
@@ -83,6 +89,8 @@ class CommonConfig:
             raise UsageError("--checkpoint-every must be 0 or more")
         if self.segmented not in SEGMENTED:
             raise UsageError(f"--segmented {self.segmented!r}: choose {', '.join(SEGMENTED)}")
+        if self.devices != "auto" and not (self.devices.isdigit() and int(self.devices) >= 1):
+            raise UsageError(f"--devices {self.devices!r}: a positive number or auto")
         for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
                      "iterations_per_call"):  # fmt: skip
             if getattr(self, name) < 1:
