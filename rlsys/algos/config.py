@@ -49,7 +49,7 @@ class CommonConfig:
     as long; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
     devices: str = "1"
     """Devices to split the environments over: a number, or "auto" (one CPU device per core,
-    kept only if the first iterations ran faster so than on one device). Each device runs
+    kept only if the split's first calls ran faster than one device's). Each device runs
     the whole iteration on its share; needs an in-graph environment and environments that
     do not read each other's values: A2C and REINFORCE split, PPO's shuffled minibatches and
     DQN's replay do not ("auto" then stays on one device)."""

@@ -173,7 +173,7 @@ class Program:
         debug: bool = False,
         iterations_per_call: int = 1,
         segmented: bool | str = False,
-        devices: int = 1,
+        devices: int | str = 1,
     ):
         """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
         "ref" (the point-by-point reference interpreter). `debug=True` verifies the IR after
@@ -182,7 +182,8 @@ class Program:
         and gradients, run one iteration per call: less memory to compile, a little slower;
         "auto" only where compiling, not running, would set the peak memory. `devices=N`
         splits the iterations' points (the environments) over N devices, each running its
-        share; on CPU, first call `use_cpu_devices(N)` (see `lower/data_parallel.py`)."""
+        share; on CPU, first call `use_cpu_devices(N)` (see `lower/data_parallel.py`);
+        "auto" keeps that split or one device, whichever ran its first calls faster."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,
