@@ -70,9 +70,10 @@ def _devices(config: Any) -> int | str:
     (one per core for "auto") before anything runs on it."""
     if config.devices == "1":
         return 1
-    auto = config.devices == "auto"
-    use_cpu_devices(len(os.sched_getaffinity(0)) if auto else int(config.devices))
-    return "auto" if auto else int(config.devices)
+    if config.devices == "auto":
+        use_cpu_devices()
+        return "auto"
+    return use_cpu_devices(int(config.devices))
 
 
 def train(algo: str, config: Any, out: Path, quiet: bool = False,

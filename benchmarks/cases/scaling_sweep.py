@@ -30,7 +30,6 @@ point on one row, with each rlsys variant's speed-up over each baseline.
 from __future__ import annotations
 
 import itertools
-import os
 import resource
 import statistics
 import sys
@@ -111,7 +110,7 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
         from rlsys.compiler import use_cpu_devices
 
         if impl == "rlsys":  # before JAX starts: a device per core, for devices="auto"
-            use_cpu_devices(len(os.sched_getaffinity(0)))
+            use_cpu_devices()
     idle = _rss_mib()
     factors = grid()[point]
     warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)

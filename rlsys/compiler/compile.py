@@ -96,10 +96,8 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     seconds by device count."""
     one = place(devices=1)
     count = len(jax.devices())
-    if count == 1 or not one.host_loop or one.staged:
-        one.placement = "one device: " + (
-            "JAX has one" if count == 1 else "the program does not run as whole jitted iterations"
-        )
+    if count == 1:
+        one.placement = "one device: JAX has one"
         return one
     try:
         split = place(devices=count)

@@ -24,6 +24,7 @@ a one-device run to float rounding, not to the bit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -42,14 +43,16 @@ COMBINE = {"sum": jax.lax.psum, "mean": jax.lax.pmean, "max": jax.lax.pmax,
            "min": jax.lax.pmin}  # fmt: skip
 
 
-def use_cpu_devices(count: int) -> None:
-    """Give JAX's CPU backend `count` devices (one per core to use), for
-    `compile(devices=count)`. Call it before anything runs on JAX: the backend reads it when
-    it starts. (The same as XLA_FLAGS=--xla_force_host_platform_device_count=COUNT.)"""
+def use_cpu_devices(count: int | None = None) -> int:
+    """Give JAX's CPU backend `count` devices (by default one per core this process may
+    use), for `compile(devices=count)`; returns the count. Call it before anything runs on
+    JAX: the backend reads it when it starts. (The same as
+    XLA_FLAGS=--xla_force_host_platform_device_count=COUNT.)"""
+    count = len(os.sched_getaffinity(0)) if count is None else count
     if count < 1:
         raise RecurrenceError(f"use_cpu_devices: count must be at least 1, got {count}")
     if jax.config.jax_num_cpu_devices == count:
-        return
+        return count
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
@@ -59,6 +62,7 @@ def use_cpu_devices(count: int) -> None:
             "runs on JAX (or set XLA_FLAGS=--xla_force_host_platform_device_count="
             f"{count} before starting Python)"
         ) from None
+    return count
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,6 @@ class JaxExecutable:
         self.split = self._split(devices, segmented)
         # where the iterations run, and (with compile(devices="auto")) why
         self.placement = "one device" if self.split is None else f"split over {devices} devices"
-        self.devices = devices
         self.placement_seconds: dict[int, float] = {}  # timed by compile(devices="auto")
         self._compile(iterations_per_call, loops, cut=bool(segmented))
         if segmented == "auto" and self._largest_segment_temporaries() > SEGMENTED_TEMPORARIES:
@@ -169,6 +168,11 @@ class JaxExecutable:
             # program is faster (segments recompute what a gradient's re-run shares with
             # earlier steps).
             self._compile(iterations_per_call, loops, cut=False)
+
+    @property
+    def devices(self) -> int:
+        """The devices the iterations run on."""
+        return 1 if self.split is None else self.split.devices
 
     def _split(self, devices: int, segmented: bool | str) -> Split | None:
         """How `devices` devices share the iterations' points (`data_parallel.py`)."""
