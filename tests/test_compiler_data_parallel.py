@@ -11,8 +11,9 @@ import pytest
 import rlsys.rt as rt
 from rlsys.algos.a2c import build_a2c
 from rlsys.algos.config import A2CConfig
+from rlsys.compiler import compile as compile_module
 from rlsys.compiler import use_cpu_devices
-from rlsys.compiler.lower import chunked_grad
+from rlsys.compiler.lower import chunked_grad, jax_program
 from rlsys.compiler.lower.jax_program import LoopState
 
 ENVS, STEPS, ITERATIONS = 8, 12, 4
@@ -136,3 +137,33 @@ def test_auto_placement_times_both_and_says_which_it_chose() -> None:
 def test_auto_placement_keeps_one_device_when_the_envs_are_not_independent() -> None:
     exe = _neighbour_program().compile(bounds={"I": 3, "B": 4}, devices="auto")
     assert exe.placement.startswith("one device:") and "not along b" in exe.placement
+
+
+def test_auto_placement_keeps_a_segmented_program_on_one_device() -> None:
+    exe = _a2c("auto", segmented="auto")  # small temporaries: the segments are kept
+    assert exe.segmented and exe.devices == 1
+    assert exe.placement == "one device: it is segmented"
+    with pytest.raises(rt.RecurrenceError, match=r"it is segmented"):
+        _a2c(2, segmented="auto")  # asked for explicitly, the split is refused
+
+
+def test_auto_placement_may_split_what_auto_segmentation_compiled_whole(monkeypatch) -> None:
+    monkeypatch.setattr(jax_program, "SEGMENTED_TEMPORARIES", 0)  # every segment counts as large
+    exe = _a2c("auto", segmented="auto")
+    assert not exe.segmented and exe.placement.startswith(("1 device(s)", "2 device(s)"))
+
+
+def test_auto_placement_does_not_split_temporaries_larger_than_a_thread_heap(monkeypatch) -> None:
+    monkeypatch.setattr(compile_module, "THREAD_HEAP_BYTES", 1024)
+    exe = _a2c("auto")
+    assert exe.devices == 1 and "more than a thread heap keeps" in exe.placement
+    assert exe.placement_seconds == {}  # decided without timing
+
+
+def test_run_trims_the_heap_once_after_its_first_call(monkeypatch) -> None:
+    exe = _a2c(1)
+    trims: list[int] = []
+    seen: list[int] = []
+    monkeypatch.setattr(jax_program, "release_freed_heap", lambda: trims.append(len(seen)))
+    exe.run(on_iteration=lambda i, outputs: seen.append(i) and None)
+    assert seen == list(range(ITERATIONS)) and trims == [1]  # after iteration 0 was reported

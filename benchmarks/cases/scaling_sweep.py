@@ -13,8 +13,9 @@ layers {1, 2, 4}: 9 points, 4 systems each.
   has one CPU device per core the process may use, and the compiler keeps the envs split
   over them (`rlsys/compiler/lower/data_parallel.py`) if that ran the first iterations
   faster than one device did (its choice is in the result as `placement`);
-* `auto@POINT`: the same on one device, with `segmented="auto"` (the iteration compiled as
-  several XLA programs where compiling, not running, sets the peak memory);
+* `auto@POINT`: the same with `segmented="auto"` too: the iteration compiled as several XLA
+  programs where compiling, not running, sets the peak memory; those run on one device (a
+  segmented program cannot be split), the others are placed as `rlsys@POINT`'s;
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.
@@ -80,9 +81,8 @@ def _train_rlsys(point: dict[str, int], iterations: int, seed: int,
                        hidden_layers=point["layers"], iterations_per_call=1,
                        seed=seed).validate()  # fmt: skip
     built = build_a2c(config)
-    devices = 1 if segmented else "auto"  # segments run on one device
     exe = built.program.compile(bounds=built.bounds, iterations_per_call=1, segmented=segmented,
-                                devices=devices)  # fmt: skip
+                                devices="auto")  # fmt: skip
     setup_seconds = time.perf_counter() - began
     stamps, returns = [time.perf_counter()], []
 
@@ -109,8 +109,7 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
         import rlsys.algos.a2c  # noqa: F401  (jax and the compiler)
         from rlsys.compiler import use_cpu_devices
 
-        if impl == "rlsys":  # before JAX starts: a device per core, for devices="auto"
-            use_cpu_devices()
+        use_cpu_devices()  # before JAX starts: a device per core, for devices="auto"
     idle = _rss_mib()
     factors = grid()[point]
     warm, timed = (QUICK_WARM, QUICK_TIMED) if quick else (WARM, TIMED)
@@ -143,8 +142,8 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
 # -- the case's own table: one row per point ------------------------------------------------------
 def sweep_table(rows: Sequence) -> str:
     """Markdown: per point, each system's seconds per iteration, each rlsys variant's speed-up
-    over each baseline, memory above idle (peak RSS MiB in brackets), and the devices rlsys
-    ran on."""
+    over each baseline, memory above idle (peak RSS MiB in brackets), and the devices each
+    rlsys variant ran on."""
     by_name = {row.system: row for row in rows}
 
     def metric(impl: str, point: str, key: str) -> float | None:
@@ -158,7 +157,7 @@ def sweep_table(rows: Sequence) -> str:
     header += [f"{impl} s/iter" for impl in IMPLS]
     header += [f"{ours} vs {baseline}" for ours in OURS for baseline in BASELINES]
     header += [f"{impl} MiB above idle (peak)" for impl in IMPLS]
-    header += ["rlsys devices (median)"]  # devices="auto"'s choice
+    header += [f"{ours} devices (median)" for ours in OURS]  # devices="auto"'s choice
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for point, factors in grid().items():
@@ -170,13 +169,14 @@ def sweep_table(rows: Sequence) -> str:
         ]
         memory = [
             fmt(metric(impl, point, "above_idle_mib"), "{:.0f}")
-            + fmt(metric(impl, point, "peak_rss_mib"), " ({:.0f})")
+            + ("" if metric(impl, point, "peak_rss_mib") is None
+               else f" ({metric(impl, point, 'peak_rss_mib'):.0f})")
             for impl in IMPLS
-        ]
+        ]  # fmt: skip
         cells = [point, *map(str, factors.values())]
         cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
         cells += [fmt(r, "{:.2f}×") for r in ratios] + memory
-        cells += [fmt(metric("rlsys", point, "devices"), "{:g}")]
+        cells += [fmt(metric(ours, point, "devices"), "{:g}") for ours in OURS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

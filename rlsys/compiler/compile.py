@@ -17,7 +17,12 @@ import jax
 import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.heap import keep_freed_buffers, keep_thread_heaps, release_freed_heap
+from rlsys.compiler.heap import (
+    THREAD_HEAP_BYTES,
+    keep_freed_buffers,
+    keep_thread_heaps,
+    release_freed_heap,
+)
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, concrete_shape
 from rlsys.compiler.lower.jax_program import JaxExecutable
@@ -32,9 +37,9 @@ from rlsys.compiler.sinks import fire_all
 from rlsys.compiler.stages import is_host_op
 
 BACKENDS = ("jax", "ref")
-# devices="auto" times each placement's calls alternately, after a few untimed calls each:
-# their first calls set up threads and grow the heaps (about 12,000 page faults per call).
-PLACEMENT_WARM_CALLS, PLACEMENT_ROUNDS = 2, 3
+# devices="auto" times each placement in rounds: per round and placement, the C heap trimmed,
+# one untimed call (it maps the pages the trim returned: about 12,000 page faults), one timed.
+PLACEMENT_ROUNDS = 3
 
 
 def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
@@ -87,33 +92,46 @@ class ReferenceExecutable:
 
 def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     """`devices="auto"`: the program on one device and split over all of them
-    (`lower/data_parallel.py`), whichever runs its iterations faster, timed alternately
-    from the initial state, by the fastest call of each. On CPU the split runs the acting
-    loop on every core but waits at its collectives, and a device's temporaries above 64 MiB
-    are mapped afresh at every call (`heap.py`): on the scaling sweep it ran 8-12% faster at
-    4 layers and at 512 envs, and 13% slower at width 256 (`benchmarks/data_parallel_ab.py`).
+    (`lower/data_parallel.py`), whichever runs its iterations faster, timed in alternate
+    rounds from the initial state, by the fastest call of each. On CPU the split runs the
+    acting loop on every core but waits at its collectives, and a device's temporaries above
+    64 MiB are mapped afresh at every call (`heap.py`): on the scaling sweep it ran 8-12%
+    faster at 4 layers and at 512 envs, and 13% slower at width 256
+    (`benchmarks/data_parallel_ab.py`). So on CPU a program whose temporaries, shared out,
+    would exceed a thread heap stays on one device, untimed: each device would map its share
+    afresh at every call, as at width 256 (161 MiB each), and hold more memory than one
+    device (500 against 465 MiB above the idle process there). A program that
+    `segmented="auto"` kept segmented stays on one device: segments cannot be split.
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
     seconds by device count."""
     one = place(devices=1)
     count = len(jax.devices())
-    if count == 1:
-        one.placement = "one device: JAX has one"
+    if count == 1 or one.segmented:
+        one.placement = "one device: " + ("JAX has one" if count == 1 else "it is segmented")
         return one
+    share = one.call_temporaries() / count  # a device's temporaries, split: at least this
+    if jax.default_backend() == "cpu" and share > THREAD_HEAP_BYTES:
+        one.placement = (f"one device: split, each device would allocate {share / 2**20:.0f} "
+                         "MiB of temporaries per call, more than a thread heap keeps")  # fmt: skip
+        return one
+    release_freed_heap()  # what the first compilation freed, before the second
     try:
-        split = place(devices=count)
+        split = place(devices=count, segmented=False)  # `one` was compiled whole
     except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
         one.placement = f"one device: {err}"
         return one
-    release_freed_heap()  # timed as they will run: with the heap as `compile_graph` leaves it
-    keep_freed_buffers()
+    release_freed_heap()
+    keep_freed_buffers()  # timed with the heap as `compile_graph` leaves it
     keep_thread_heaps()
     timers = {1: one.call_timer(), count: split.call_timer()}
     seconds: dict[int, list[float]] = {1: [], count: []}
-    for k in range(PLACEMENT_WARM_CALLS + PLACEMENT_ROUNDS):
+    for _ in range(PLACEMENT_ROUNDS):
         for devices, timer in timers.items():
-            took = timer()
-            if k >= PLACEMENT_WARM_CALLS:
-                seconds[devices].append(took)
+            # What the other placement's calls freed goes back to the OS first, so the
+            # process peaks at the larger placement's memory, not at both together.
+            release_freed_heap()
+            timer()
+            seconds[devices].append(timer())
     best = {devices: min(s) for devices, s in seconds.items()}  # noise only ever adds
     chosen = min(best, key=best.get)
     executable = one if chosen == 1 else split
