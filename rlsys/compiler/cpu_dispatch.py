@@ -8,8 +8,9 @@ most of the cost: waking the worker, its wake-up latency and waking the caller b
 about 80 µs per call on this project's 2-core machine, against about 21 µs for the same call
 run inline (its real arguments, repeated in one process). PPO on gymnasium CartPole (a host
 loop), alternating in one session: 32–34k env steps/s dispatched asynchronously, 40–53k
-inline. Whole-iteration programs (gymnax PPO, the A2C scaling sweep) ran at the same speed
-either way (benchmarks/RESULTS.md, the host PPO row).
+inline. Whole-iteration programs ran no faster dispatched: gymnax PPO and the A2C scaling
+sweep at the same speed either way (benchmarks/RESULTS.md, the host PPO row), and the sweep's
+iteration at 4 layers slower, 131.7 against 119.2 ms (section "Twenty-third session").
 
 The switch is JAX's `jax_cpu_enable_async_dispatch`, which takes effect only when the CPU
 backend is created, so it is set when `rlsys.compiler` is imported: in a process that has
