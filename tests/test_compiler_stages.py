@@ -180,3 +180,9 @@ def test_optimized_hlo_names_the_loops_xla_compiled() -> None:
     host = small_ppo("gymnasium:CartPole-v1")
     with pytest.raises(RecurrenceError, match="has host ops"):
         host.program.compile(bounds=host.bounds).optimized_hlo()
+
+
+def test_auto_placement_keeps_a_program_with_host_ops_on_one_device() -> None:
+    host = small_ppo("gymnasium:CartPole-v1")  # the test session's JAX has two CPU devices
+    exe = host.program.compile(bounds=host.bounds, devices="auto")
+    assert exe.devices == 1 and "it has host ops" in exe.placement

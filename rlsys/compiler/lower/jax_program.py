@@ -422,7 +422,10 @@ class JaxExecutable:
         return fire_all(at_end, {k: np.asarray(v) for k, v in outputs.items()})
 
     def call_temporaries(self) -> int:
-        """Bytes of temporaries a jitted call of iterations allocates (on each device)."""
+        """Bytes of temporaries a jitted call of iterations allocates, on each device (run
+        from the host, a call's largest segment's)."""
+        if self.staged:
+            return self._largest_segment_temporaries()
         return max((temporaries(c) for c in self._calls.values()), default=0)
 
     def call_timer(self) -> Callable[[], float]:
