@@ -95,6 +95,16 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys)
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
+def test_a_split_error_names_the_algorithms_line(tmp_path: Path, capsys) -> None:
+    """Nodes that rlsys's own algorithms build are located in `rlsys/algos/`, not at the
+    caller of `rlsys train` (this test file, or the command's entry point)."""
+    argv = ["train", "ppo", "--devices", "2", *SMALL, "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "not along b" in err and "(at " in err
+    assert "rlsys/algos/ppo.py:" in err and "test_train.py" not in err
+
+
 def test_bad_config_file_is_a_usage_error(tmp_path: Path, capsys) -> None:
     config = tmp_path / "bad.toml"
     config.write_text("num_envz = 3\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import linecache
+import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,13 +29,21 @@ if TYPE_CHECKING:
 _CURRENT: contextvars.ContextVar[Program | None] = contextvars.ContextVar(
     "rlsys_current_program", default=None
 )
-_PACKAGE_DIRS = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1]))
+_RLSYS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+# rlsys's own algorithms are programs written like a user's: their lines say where a node was
+# built (under `rlsys train`, the first line outside rlsys would be the command's entry point)
+_PROGRAMS_DIR = str(Path(__file__).resolve().parents[1] / "algos") + os.sep
+
+
+def _in_library(filename: str) -> bool:
+    return filename.startswith(_RLSYS_DIR) and not filename.startswith(_PROGRAMS_DIR)
 
 
 def user_source_line() -> SourceLine | None:
-    """The innermost stack frame outside rlsys: the user's line that is being executed."""
+    """The innermost stack frame outside rlsys's library code: the line of the program being
+    built (the user's, or one of `rlsys/algos/`) that is being executed."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
+    while frame is not None and _in_library(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return None
