@@ -169,10 +169,9 @@ def sweep_table(rows: Sequence) -> str:
         ]
         memory = [
             fmt(metric(impl, point, "above_idle_mib"), "{:.0f}")
-            + ("" if metric(impl, point, "peak_rss_mib") is None
-               else f" ({metric(impl, point, 'peak_rss_mib'):.0f})")
+            + fmt(metric(impl, point, "peak_rss_mib"), " ({:.0f})").replace("—", "")  # one dash
             for impl in IMPLS
-        ]  # fmt: skip
+        ]
         cells = [point, *map(str, factors.values())]
         cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
         cells += [fmt(r, "{:.2f}×") for r in ratios] + memory

@@ -29,10 +29,11 @@ if TYPE_CHECKING:
 _CURRENT: contextvars.ContextVar[Program | None] = contextvars.ContextVar(
     "rlsys_current_program", default=None
 )
-_RLSYS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+_RLSYS = Path(__file__).resolve().parents[1]
+_RLSYS_DIR = str(_RLSYS) + os.sep
 # rlsys's own algorithms are programs written like a user's: their lines say where a node was
 # built (under `rlsys train`, the first line outside rlsys would be the command's entry point)
-_PROGRAMS_DIR = str(Path(__file__).resolve().parents[1] / "algos") + os.sep
+_PROGRAMS_DIR = str(_RLSYS / "algos") + os.sep
 
 
 def _in_library(filename: str) -> bool:

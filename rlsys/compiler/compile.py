@@ -120,8 +120,7 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
         one.placement = f"one device: {err}"
         return one
-    release_freed_heap()
-    keep_freed_buffers()  # timed with the heap as `compile_graph` leaves it
+    keep_freed_buffers()  # timed with the heap as `compile_graph` leaves it (each round trims)
     keep_thread_heaps()
     timers = {1: one.call_timer(), count: split.call_timer()}
     seconds: dict[int, list[float]] = {1: [], count: []}
