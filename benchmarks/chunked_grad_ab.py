@@ -49,15 +49,16 @@ def compile_variant(point: dict[str, int], chunk_bytes: int | None):
         lowering.row_chunking = choose
 
 
-def compile_point(point: dict[str, int], devices: int = 1):
+def compile_point(point: dict[str, int], devices: int = 1, segmented: bool = False):
     """The A2C iteration of a sweep point, compiled to run ITERATIONS iterations, one a call
-    (its envs split over `devices` devices)."""
+    (its envs split over `devices` devices; `segmented`: as several XLA programs)."""
     envs, episode = point["envs"], point["episode"]
     config = A2CConfig(env=f"trivial:{OBS_SIZE}:{episode}", num_envs=envs, num_steps=episode,
                        total_steps=ITERATIONS * envs * episode, hidden_size=point["width"],
                        hidden_layers=point["layers"], iterations_per_call=1).validate()  # fmt: skip
     built = build_a2c(config)
-    return built.program.compile(bounds=built.bounds, iterations_per_call=1, devices=devices)
+    return built.program.compile(bounds=built.bounds, iterations_per_call=1, devices=devices,
+                                 segmented=segmented)  # fmt: skip
 
 
 def iteration_seconds(exe) -> list[float]:

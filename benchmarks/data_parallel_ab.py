@@ -3,6 +3,7 @@ process.
 
     python benchmarks/data_parallel_ab.py layers=4            # a point of scaling_sweep
     python benchmarks/data_parallel_ab.py base --devices 2 --rounds 7
+    python benchmarks/data_parallel_ab.py layers=4 --segmented   # both compiled segmented
 
 The point's program is compiled twice, `devices=1` and `devices=N` (the envs split over N
 CPU devices: `rlsys/compiler/lower/data_parallel.py`); then the two run in turn, 6
@@ -30,6 +31,8 @@ def main() -> None:
     parser.add_argument("point", choices=tuple(grid()))
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--segmented", action="store_true",
+                        help="compile both as several XLA programs (segmented=True)")
     args = parser.parse_args()
     point = grid()[args.point]
     if args.devices < 2 or point["envs"] % args.devices:
@@ -41,8 +44,9 @@ def main() -> None:
 
     from benchmarks.chunked_grad_ab import compile_point
 
-    programs = {"one device": compile_point(point),
-                f"{args.devices} devices": compile_point(point, devices=args.devices)}  # fmt: skip
+    programs = {"one device": compile_point(point, segmented=args.segmented),
+                f"{args.devices} devices": compile_point(point, devices=args.devices,
+                                                         segmented=args.segmented)}  # fmt: skip
     millis: dict[str, list[float]] = {name: [] for name in programs}
     losses: dict[str, list[float]] = {}
     for _ in range(args.rounds):

@@ -143,8 +143,20 @@ def test_auto_placement_keeps_a_segmented_program_on_one_device() -> None:
     exe = _a2c("auto", segmented="auto")  # small temporaries: the segments are kept
     assert exe.segmented and exe.devices == 1
     assert exe.placement == "one device: it is segmented"
-    with pytest.raises(rt.RecurrenceError, match=r"it is segmented"):
-        _a2c(2, segmented="auto")  # asked for explicitly, the split is refused
+
+
+def test_segmented_program_split_over_two_devices_learns_as_on_one() -> None:
+    split = _a2c(2, segmented=True)  # asked for explicitly: each segment is split
+    assert split.segmented and split.devices == 2
+    one, two = _per_iteration(_a2c(1, segmented=True)), _per_iteration(split)
+    assert two["episode_return_sum"][0] == one["episode_return_sum"][0]
+    assert two["episodes"] == one["episodes"]
+    np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-4)
+    np.testing.assert_allclose(two["episode_return_sum"], one["episode_return_sum"], rtol=1e-4)
+    states: list[LoopState] = []
+    split.run(on_iteration=lambda i, outputs: i == 1, on_call=states.append)
+    rest = _per_iteration(split, resume=states[-1])
+    assert rest["loss"] == two["loss"][2:]  # resumed from the saved carry, as uninterrupted
 
 
 def test_auto_placement_may_split_what_auto_segmentation_compiled_whole(monkeypatch) -> None:

@@ -27,8 +27,8 @@ def _segment_ends(monkeypatch) -> list[str]:
     ends: list[str] = []
     original = jax_staged.Segment.__init__
 
-    def recorded(self, ctx, steps, host, finish=None, stacks=None) -> None:
-        original(self, ctx, steps, host, finish, stacks)
+    def recorded(self, ctx, steps, host, finish=None, stacks=None, split=None) -> None:
+        original(self, ctx, steps, host, finish, stacks, split)
         last = steps[-1] if steps else None
         kind = "loop" if last is not None and not isinstance(last, Compute) else (
             ctx.graph[last.node].op if last is not None else "")  # fmt: skip

@@ -192,8 +192,9 @@ class Program:
         and gradients, run one iteration per call: less memory to compile, a little slower;
         "auto" only where compiling, not running, would set the peak memory. `devices=N`
         splits the iterations' points (the environments) over N devices, each running its
-        share; on CPU, first call `use_cpu_devices(N)` (see `lower/data_parallel.py`);
-        "auto" keeps that split or one device, whichever ran its first calls faster."""
+        share (a segmented program: each segment so); on CPU, first call
+        `use_cpu_devices(N)` (see `lower/data_parallel.py`); "auto" keeps that split or one
+        device, whichever ran its first calls faster, and keeps a segmented program on one."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,

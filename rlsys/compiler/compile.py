@@ -100,8 +100,10 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     (`benchmarks/data_parallel_ab.py`). So on CPU a program whose temporaries, shared out,
     would exceed a thread heap stays on one device, untimed: each device would map its share
     afresh at every call, as at width 256 (161 MiB each), and hold more memory than one
-    device (500 against 465 MiB above the idle process there). A program that
-    `segmented="auto"` kept segmented stays on one device: segments cannot be split.
+    device (500 against 465 MiB above the idle process there). A segmented program stays on
+    one device, untimed: it was segmented to lower the process's peak, and a split compiled
+    and timed next to it raises the peak instead (the scaling sweep's width=16 point: 203
+    MiB above the idle process against 150; `compile(devices=N)` splits its segments).
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
     seconds by device count."""
     one = place(devices=1)

@@ -20,6 +20,11 @@ whole-range slice that a sum, mean, max or min reduces over, and every definitio
 the dim's whole range: `plan_split` checks this and says which read stops it. The sums
 over devices add in another order than one device's, so losses and parameters agree with
 a one-device run to float rounding, not to the bit.
+
+A segmented program (`segmented=True`, `jax_staged.py`) is split segment by segment: each of
+its jitted segments is such a `shard_map` program, and the values one passes to the next stay
+spread over the devices. At the scaling sweep's 4-layer point that ran 113.6 ms per
+iteration against 122.2 on one device (the first calls, timed alternating).
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ class JaxExecutable:
                  if isinstance(s, Loop) and s.dim is graph.dims[0]]  # fmt: skip
         self.host_loop = host_loop and len(loops) == 1
         self._staged_parts: list[StagedSteps] = []
-        self.split = self._split(devices, segmented)
+        self.split = self._split(devices)
         # where the iterations run, and (with compile(devices="auto")) why
         self.placement = "one device" if self.split is None else f"split over {devices} devices"
         self.placement_seconds: dict[int, float] = {}  # timed by compile(devices="auto")
@@ -175,18 +175,17 @@ class JaxExecutable:
         """The devices the iterations run on."""
         return 1 if self.split is None else self.split.devices
 
-    def _split(self, devices: int, segmented: bool | str) -> Split | None:
+    def _split(self, devices: int) -> Split | None:
         """How `devices` devices share the iterations' points (`data_parallel.py`)."""
         if not isinstance(devices, int) or devices < 1:
             raise RecurrenceError(f"devices must be a positive integer or 'auto', got {devices!r}")
         if devices == 1:
             return None
         host_ops = any(has_host(self.ir, step) for step in self.schedule.steps)
-        if not self.host_loop or host_ops or segmented:
-            why = ("it has host ops" if host_ops else "it is segmented" if segmented
-                   else "it has no loop over its iterations")  # fmt: skip
+        if not self.host_loop or host_ops:
+            why = "it has host ops" if host_ops else "it has no loop over its iterations"
             raise RecurrenceError(
-                f"compile(devices={devices}) splits whole jitted iterations over devices, "
+                f"compile(devices={devices}) splits a program's iterations over devices, "
                 f"and this program cannot run so: {why}. Compile it with devices=1"
             )
         return plan_split(self.ir, self.schedule, self.bounds, devices, self.ir.dims[0])
@@ -242,7 +241,8 @@ class JaxExecutable:
         cut = self.segmented
         prologue = StagedSteps(ctx, self._pre, cut=cut)
         after = ctx.child()
-        loop = StagedLoop(after, self._loop, stacked=False, cut=cut)  # outputs after every call
+        # outputs after every call; split over devices only without host ops (`_split`)
+        loop = StagedLoop(after, self._loop, stacked=False, cut=cut, split=self.split)
         epilogue = StagedSteps(after, self._post, cut=cut)
         self._staged_parts = [prologue, loop.body, epilogue]
         self._carry0 = loop.initial_carry
@@ -317,12 +317,20 @@ class JaxExecutable:
                                                 mesh=split.mesh, in_specs=in_specs,
                                                 out_specs=out_specs)  # fmt: skip
 
-    def _placed_arguments(self, *arguments):
+    def _placed_arguments(self, arrays, pre, carry) -> tuple:
         """Inputs, prologue values and carry where the split iterations take them: moved
         once, not by every call."""
         if self.split is None:
-            return arguments
-        return jax.device_put(arguments, self._argument_shardings)
+            return arrays, pre, carry
+        if not self.staged:
+            return jax.device_put((arrays, pre, carry), self._argument_shardings)
+        split, window_axes = self.split, LoopPlan.make(pre, self._loop).window_axes
+        placed = pre.child()  # segments read the prologue's values from its context
+        placed.values = {n: Value(jax.device_put(v.array, split.sharding(split.spec(v.axes))),
+                                  v.axes) for n, v in pre.values.items()}  # fmt: skip
+        carry = {m: jax.device_put(a, split.sharding(split.spec(window_axes[m], leading=1)))
+                 for m, a in carry.items()}  # fmt: skip
+        return arrays, placed, carry
 
     def _values(self, arrays: Mapping[int, Any]) -> dict[int, Value]:
         return {n: Value(a, self._axes[n]) for n, a in arrays.items()}
@@ -380,9 +388,7 @@ class JaxExecutable:
         if resume is not None:
             carry, done = self._resumed_carry(resume), resume.done
         # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
-        placed = [arrays, pre]
-        if not self.staged:
-            *placed, carry = self._placed_arguments(arrays, pre, carry)
+        *placed, carry = self._placed_arguments(arrays, pre, carry)
         kept, started = [], done
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:

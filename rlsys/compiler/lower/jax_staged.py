@@ -28,13 +28,16 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
     Context,
     Value,
@@ -79,10 +82,13 @@ class Segment:
     """Host-free steps as one jitted function, followed by at most one host op. The last
     segment of a host loop's step also moves the loop's windows (`finish`) and writes the
     step's kept values into `stacks` (when given: their zeros), which saves calls and
-    transfers per step."""
+    transfers per step. With `split` (a segmented program's iteration, no host op), each
+    device runs the steps on its share of the points (`data_parallel.py`), and the values
+    the segment passes on stay spread over the devices for the next segment."""
 
     def __init__(self, ctx: Context, steps: list[Step], host: Compute | None,
-                 finish: LoopPlan | None = None, stacks: dict | None = None) -> None:  # fmt: skip
+                 finish: LoopPlan | None = None, stacks: dict | None = None,
+                 split: Split | None = None) -> None:  # fmt: skip
         self.template, self.steps, self.host, self.finish = ctx, steps, host, finish
         nodes = _nodes(steps)
         values, windows = _reads(ctx, steps + ([host] if host else []))
@@ -95,8 +101,11 @@ class Segment:
         self.operation = _operation(ctx, nodes, host)
         self.out_axes: dict[int, tuple] = {}  # filled while tracing
         args = self._arguments(ctx, finish.initial_carry() if finish else {}, stacks or {})
-        self.compiled = jax.jit(self._traced).lower(*args).compile()
-        values, host_args, _, _ = jax.eval_shape(self._traced, *args)
+        values, host_args, _, _ = jax.eval_shape(self._traced, *args)  # sets out_axes
+        if split is None:
+            self.compiled = jax.jit(self._traced).lower(*args).compile()
+        else:
+            self.compiled = self._over_devices(split, args).lower(*args).compile()
         self._record(ctx, values, host_args, call=False)
 
     def run(self, ctx: Context, carry: dict | None = None,
@@ -119,15 +128,40 @@ class Segment:
             stacks,
         )
 
-    def _traced(self, inputs, values, windows, indices, carry, stacks):
+    def _over_devices(self, split: Split, args: tuple):
+        """`_traced` on every device, each on its points: the arguments and results spread
+        along the split dim where they have it, the same on every device elsewhere."""
+        inputs, values, windows, indices, carry, stacks = args
+        if self.host is not None or stacks:
+            raise RecurrenceError("internal: only a host-free iteration's segments are split")
+        window_specs = {m: split.spec(a, leading=1) for m, a in self.finish.window_axes.items()
+                        } if self.finish else {}  # fmt: skip
+        in_specs = (
+            {name: PartitionSpec() for name in inputs},
+            {n: split.spec(self.axes[n]) for n in values},
+            {n: split.spec(self.template.windows[n].axes, leading=1) for n in windows},
+            tuple(PartitionSpec() for _ in indices),
+            {m: window_specs[m] for m in carry},
+            {},
+        )  # fmt: skip
+        out_specs = ({n: split.spec(a) for n, a in self.out_axes.items()}, (), in_specs[4], {})
+        over_devices = jax.shard_map(partial(self._traced, split=split), mesh=split.mesh,
+                                     in_specs=in_specs, out_specs=out_specs)  # fmt: skip
+        # Each argument where the segment before left it: one the steps do not read (a
+        # window the step overwrites) would otherwise be pruned, or expected on one device.
+        shardings = jax.tree.map(split.sharding, in_specs,
+                                 is_leaf=lambda x: isinstance(x, PartitionSpec))  # fmt: skip
+        return jax.jit(over_devices, in_shardings=shardings, keep_unused=True)
+
+    def _traced(self, inputs, values, windows, indices, carry, stacks, split=None):
         t = self.template
         ctx = Context(
-            t.graph, t.bounds, inputs,
+            t.graph, t.bounds if split is None else split.local_bounds(t.bounds), inputs,
             {n: Value(a, self.axes[n]) for n, a in values.items()},
             {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
             dict(zip(self.loop_dims, indices, strict=True)),
             t.outputs, t.grad_reads, t.consumers, t.loss_grads, t.lazy, t.deferred,
-            t.grad_reuse,
+            t.grad_reuse, split=split,
         )  # fmt: skip
         run_steps(ctx, self.steps)
         new = {n: v for n, v in ctx.values.items() if n not in values and n in self.live}
@@ -196,10 +230,12 @@ def _cuts(ctx: Context, steps: list[Step]) -> set[int]:
 class StagedSteps:
     """A list of steps run from the host: segments, and host loops nested in them. With
     `finish`, the steps are a host loop's body and the last segment moves its windows (and
-    writes `stacks`). With `cut`, segments also end at `_cuts`."""
+    writes `stacks`). With `cut`, segments also end at `_cuts`; with `split`, each runs
+    over devices (`Segment`)."""
 
     def __init__(self, ctx: Context, steps: Iterable[Step], finish: LoopPlan | None = None,
-                 stacks: dict | None = None, cut: bool = False) -> None:  # fmt: skip
+                 stacks: dict | None = None, cut: bool = False,
+                 split: Split | None = None) -> None:  # fmt: skip
         self.parts: list[Segment | StagedLoop] = []
         pending: list[Step] = []
         steps = list(steps)
@@ -208,7 +244,7 @@ class StagedSteps:
             if not has_host(ctx.graph, step):
                 pending.append(step)
                 if k in cuts:
-                    self.parts.append(Segment(ctx, pending, None))
+                    self.parts.append(Segment(ctx, pending, None, split=split))
                     pending = []
             elif isinstance(step, Compute):
                 self.parts.append(Segment(ctx, pending, step))
@@ -219,7 +255,7 @@ class StagedSteps:
                     pending = []
                 self.parts.append(StagedLoop(ctx, step, cut=cut))
         if finish is not None or pending:
-            self.parts.append(Segment(ctx, pending, None, finish, stacks))
+            self.parts.append(Segment(ctx, pending, None, finish, stacks, split))
 
     def segments(self) -> Iterator[Segment]:
         """Every compiled segment, those of nested host loops too."""
@@ -389,7 +425,8 @@ class StagedLoop:
     step's last segment writes; `step` (for a caller that wants them after every step)
     returns them instead."""
 
-    def __init__(self, ctx: Context, loop: Loop, stacked: bool = True, cut: bool = False) -> None:
+    def __init__(self, ctx: Context, loop: Loop, stacked: bool = True, cut: bool = False,
+                 split: Split | None = None) -> None:  # fmt: skip
         self.loop = loop
         self._indices: dict[int, jax.Array] = {}
         plan = LoopPlan.make(ctx, loop)
@@ -399,7 +436,8 @@ class StagedLoop:
         carry = {m: _abstract(a) for m, a in self.initial_carry.items()}
         inner = self._inner(ctx, carry, INDEX)
         stacks = {m: _abstract(a) for m, a in self.initial_stacks.items()}
-        self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks, cut=cut)
+        self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks, cut=cut,
+                                split=split)  # fmt: skip
         parts = self.body.parts
         rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
