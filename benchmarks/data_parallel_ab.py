@@ -31,8 +31,8 @@ def main() -> None:
     parser.add_argument("point", choices=tuple(grid()))
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--segmented", action="store_true",
-                        help="compile both as several XLA programs (segmented=True)")
+    segmented = "compile both as several XLA programs (segmented=True)"
+    parser.add_argument("--segmented", action="store_true", help=segmented)
     args = parser.parse_args()
     point = grid()[args.point]
     if args.devices < 2 or point["envs"] % args.devices:
