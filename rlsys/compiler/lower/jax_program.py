@@ -320,7 +320,8 @@ class JaxExecutable:
 
     def _placed_arguments(self, arrays, pre, carry) -> tuple:
         """Inputs, prologue values and carry where the split iterations take them: moved
-        once, not by every call."""
+        once, not by every call. A segmented iteration's segments find the prologue's values
+        in a context: the values they read are spread in a copy of it."""
         if self.split is None:
             return arrays, pre, carry
         if not self.staged:

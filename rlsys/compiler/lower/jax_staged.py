@@ -134,14 +134,13 @@ class Segment:
         inputs, values, windows, indices, carry, stacks = args
         if self.host is not None or stacks:
             raise RecurrenceError("internal: only a host-free iteration's segments are split")
-        window_specs = {m: split.spec(a, leading=1) for m, a in self.finish.window_axes.items()
-                        } if self.finish else {}  # fmt: skip
+        window_axes = self.finish.window_axes if self.finish else {}
         in_specs = (
             {name: PartitionSpec() for name in inputs},
             {n: split.spec(self.axes[n]) for n in values},
             {n: split.spec(self.template.windows[n].axes, leading=1) for n in windows},
             tuple(PartitionSpec() for _ in indices),
-            {m: window_specs[m] for m in carry},
+            {m: split.spec(window_axes[m], leading=1) for m in carry},
             {},
         )  # fmt: skip
         out_specs = ({n: split.spec(a) for n, a in self.out_axes.items()}, (), in_specs[4], {})
