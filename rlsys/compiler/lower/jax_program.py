@@ -245,7 +245,7 @@ class JaxExecutable:
         loop = StagedLoop(after, self._loop, stacked=False, cut=cut, split=self.split)
         epilogue = StagedSteps(after, self._post, cut=cut)
         self._staged_parts = [prologue, loop.body, epilogue]
-        self._loop_body = loop.body
+        self._staged_loop = loop
         self._carry0 = loop.initial_carry
         self.iterations_per_call = 1
 
@@ -326,12 +326,12 @@ class JaxExecutable:
             return arrays, pre, carry
         if not self.staged:
             return jax.device_put((arrays, pre, carry), self._argument_shardings)
-        split, window_axes = self.split, LoopPlan.make(pre, self._loop).window_axes
+        split, loop = self.split, self._staged_loop
         placed = pre.child()  # segments read the prologue's values from its context
-        read = {n for segment in self._loop_body.segments() for n in segment.value_reads}
+        read = {n for segment in loop.body.segments() for n in segment.value_reads}
         placed.values = {n: Value(jax.device_put(v.array, split.sharding(split.spec(v.axes))),
                                   v.axes) for n, v in pre.values.items() if n in read}  # fmt: skip
-        carry = {m: jax.device_put(a, split.sharding(split.spec(window_axes[m], leading=1)))
+        carry = {m: jax.device_put(a, split.sharding(split.spec(loop.window_axes[m], leading=1)))
                  for m, a in carry.items()}  # fmt: skip
         return arrays, placed, carry
 
