@@ -139,10 +139,21 @@ def test_auto_placement_keeps_one_device_when_the_envs_are_not_independent() -> 
     assert exe.placement.startswith("one device:") and "not along b" in exe.placement
 
 
-def test_auto_placement_keeps_a_segmented_program_on_one_device() -> None:
+def test_auto_placement_keeps_a_short_segmented_program_on_one_device() -> None:
     exe = _a2c("auto", segmented="auto")  # small temporaries: the segments are kept
     assert exe.segmented and exe.devices == 1
-    assert exe.placement == "one device: it is segmented"
+    assert exe.placement.startswith("one device: it is segmented, and a call of ")
+    assert exe.placement_seconds == {}  # the split was not compiled
+
+
+def test_auto_placement_times_a_split_of_a_long_segmented_program(monkeypatch) -> None:
+    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_SECONDS", 0.0)  # every call is long
+    exe = _a2c("auto", segmented="auto")
+    assert exe.segmented and set(exe.placement_seconds) == {1, 2}
+    assert exe.placement.startswith(("1 device(s)", "2 device(s)")), exe.placement
+    np.testing.assert_allclose(
+        _per_iteration(exe)["loss"], _per_iteration(_a2c(1, segmented=True))["loss"], rtol=1e-4
+    )
 
 
 def test_segmented_program_split_over_two_devices_learns_as_on_one() -> None:

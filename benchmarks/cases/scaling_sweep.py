@@ -14,9 +14,9 @@ layers {1, 2, 4}: 9 points, 4 systems each.
   over them (`rlsys/compiler/lower/data_parallel.py`) if that ran the first iterations
   faster than one device did (its choice is in the result as `placement`);
 * `auto@POINT`: the same with `segmented="auto"` too: the iteration compiled as several XLA
-  programs where compiling, not running, sets the peak memory; those run on one device
-  (`devices="auto"` does not time a split of a segmented program: that would raise the
-  peak the segments lowered), the others are placed as `rlsys@POINT`'s;
+  programs where compiling, not running, sets the peak memory; `devices="auto"` times a
+  split of those only where a call on one device takes 50 ms or more (compiling the split
+  raises the peak the segments lowered), the others are placed as `rlsys@POINT`'s;
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.

@@ -40,6 +40,14 @@ BACKENDS = ("jax", "ref")
 # devices="auto" times each placement in rounds: per round and placement, the C heap trimmed,
 # one untimed call (it maps the pages the trim returned: about 12,000 page faults), one timed.
 PLACEMENT_ROUNDS = 3
+# A segmented program is compiled split too only when its call on one device takes this
+# long. Both compiled segmented on the scaling sweep, alternating in one process
+# (`benchmarks/data_parallel_ab.py --segmented`), ms per iteration, one device / split over
+# 2: episode=125 28.1 / 30.7, layers=1 21.1 / 20.0, envs=64 21.1 / 20.4, width=16 17.7 /
+# 18.0; base 56.9 / 50.9, layers=4 126.0 / 116.4. The split's collectives and per-segment
+# dispatch cost about as much as a short call gains, and only the memory would show; the
+# bound sits well above the short calls, which the machine's slow windows make 1.5x longer.
+SPLIT_SEGMENTED_SECONDS = 0.050
 
 
 def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
@@ -100,17 +108,26 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     (`benchmarks/data_parallel_ab.py`). So on CPU a program whose temporaries, shared out,
     would exceed a thread heap stays on one device, untimed: each device would map its share
     afresh at every call, as at width 256 (161 MiB each), and hold more memory than one
-    device (500 against 465 MiB above the idle process there). A segmented program stays on
-    one device, untimed: it was segmented to lower the process's peak, and a split compiled
-    and timed next to it raises the peak instead (the scaling sweep's width=16 point: 203
-    MiB above the idle process against 150; `compile(devices=N)` splits its segments).
+    device (500 against 465 MiB above the idle process there). A segmented program was
+    segmented to lower the process's peak, which compiling a split next to it raises (the
+    scaling sweep's width=16 point: 203 MiB above the idle process against 150); it stays
+    on one device unless its call takes SPLIT_SEGMENTED_SECONDS or more (see there).
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
     seconds by device count."""
     one = place(devices=1)
     count = len(jax.devices())
-    if count == 1 or one.segmented:
-        one.placement = "one device: " + ("JAX has one" if count == 1 else "it is segmented")
+    why = "JAX has one" if count == 1 else one.unsplittable()
+    if why:
+        one.placement = f"one device: {why}"
         return one
+    if one.segmented:
+        release_freed_heap()  # what compiling freed, before a call maps its temporaries
+        timer = one.call_timer()
+        seconds = min(timer() for _ in range(2))  # the first call maps pages
+        if seconds < SPLIT_SEGMENTED_SECONDS:
+            one.placement = (f"one device: it is segmented, and a call of {1e3 * seconds:.1f} "
+                             "ms is too short for a split to pay")  # fmt: skip
+            return one
     share = one.call_temporaries() / count  # a device's temporaries, split: at least this
     if jax.default_backend() == "cpu" and share > THREAD_HEAP_BYTES:
         one.placement = (f"one device: split, each device would allocate {share / 2**20:.0f} "
@@ -118,7 +135,7 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
         return one
     release_freed_heap()  # what the first compilation freed, before the second
     try:
-        split = place(devices=count, segmented=False)  # `one` was compiled whole
+        split = place(devices=count, segmented=one.segmented)  # as `one` was compiled
     except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
         one.placement = f"one device: {err}"
         return one

@@ -175,15 +175,20 @@ class JaxExecutable:
         """The devices the iterations run on."""
         return 1 if self.split is None else self.split.devices
 
+    def unsplittable(self) -> str:
+        """Why no compilation of this program can split its iterations ("" if one can)."""
+        if any(has_host(self.ir, step) for step in self.schedule.steps):
+            return "it has host ops"
+        return "" if self.host_loop else "it has no loop over its iterations"
+
     def _split(self, devices: int) -> Split | None:
         """How `devices` devices share the iterations' points (`data_parallel.py`)."""
         if not isinstance(devices, int) or devices < 1:
             raise RecurrenceError(f"devices must be a positive integer or 'auto', got {devices!r}")
         if devices == 1:
             return None
-        host_ops = any(has_host(self.ir, step) for step in self.schedule.steps)
-        if not self.host_loop or host_ops:
-            why = "it has host ops" if host_ops else "it has no loop over its iterations"
+        why = self.unsplittable()
+        if why:
             raise RecurrenceError(
                 f"compile(devices={devices}) splits a program's iterations over devices, "
                 f"and this program cannot run so: {why}. Compile it with devices=1"
@@ -441,8 +446,8 @@ class JaxExecutable:
         """A function that runs one jitted call of iterations from the initial state (inputs
         of zeros; results discarded) and returns its seconds: for choosing between
         compilations of one program (`compile(devices="auto")`)."""
-        if not self.host_loop or self.staged:
-            raise RecurrenceError("internal: only whole jitted iterations are timed")
+        if self.unsplittable():  # a call of host ops would step a real environment
+            raise RecurrenceError("internal: only iterations without host ops are timed")
         arrays = {n: np.zeros(spec.shape, spec.dtype) for n, spec in self.input_specs.items()}
         arrays, pre, carry = self._placed_arguments(arrays, self._prologue_fn(arrays),
                                                     self._carry0)  # fmt: skip
