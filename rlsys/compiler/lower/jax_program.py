@@ -201,7 +201,8 @@ class JaxExecutable:
         self.iterations_per_call = iterations_per_call
         self.segmented = cut
         self.staged = cut or any(has_host(self.ir, step) for step in self.schedule.steps)
-        self._staged_parts = []
+        # a recompilation (segmented="auto") must not keep the first one's executables alive
+        self._staged_parts, self._staged_loop = [], None
         abstract = {n: jax.ShapeDtypeStruct(s.shape, s.dtype) for n, s in self.input_specs.items()}
         if self.host_loop and self.staged:
             _traced(partial(self._compile_staged_loop, abstract, loops[0]))
