@@ -47,6 +47,10 @@ PLACEMENT_ROUNDS = 3
 # 18.0; base 56.9 / 50.9, layers=4 126.0 / 116.4. The split's collectives and per-segment
 # dispatch cost about as much as a short call gains, and only the memory would show; the
 # bound sits well above the short calls, which the machine's slow windows make 1.5x longer.
+# The split of a call that long is compiled whole: one process each, segmented="auto" and
+# devices="auto", ms per iteration and MiB above idle at the peak, the split segmented /
+# whole: layers=4 115.4, 122.7 / 109.6, 114.6 ms and 259, 263 / 343, 328 MiB; base 57.0,
+# 51.6 / 45.4, 46.5 ms and 223, 230 / 317, 320 MiB (the best baseline's: 436 and 346).
 SPLIT_SEGMENTED_SECONDS = 0.050
 
 
@@ -111,7 +115,9 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     device (500 against 465 MiB above the idle process there). A segmented program was
     segmented to lower the process's peak, which compiling a split next to it raises (the
     scaling sweep's width=16 point: 203 MiB above the idle process against 150); it stays
-    on one device unless its call takes SPLIT_SEGMENTED_SECONDS or more (see there).
+    on one device unless its call takes SPLIT_SEGMENTED_SECONDS or more, and then its split
+    is compiled whole, which ran faster than its segments split, for more memory (see
+    there).
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
     seconds by device count."""
     one = place(devices=1)
@@ -128,16 +134,19 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
             one.placement = (f"one device: it is segmented, and a call of {1e3 * seconds:.1f} "
                              "ms is too short for a split to pay")  # fmt: skip
             return one
-    share = one.call_temporaries() / count  # a device's temporaries, split: at least this
-    if jax.default_backend() == "cpu" and share > THREAD_HEAP_BYTES:
-        one.placement = (f"one device: split, each device would allocate {share / 2**20:.0f} "
-                         "MiB of temporaries per call, more than a thread heap keeps")  # fmt: skip
+    too_large = _beyond_thread_heap(one.call_temporaries() / count)  # a device's, at least
+    if too_large:
+        one.placement = f"one device: {too_large}"
         return one
     release_freed_heap()  # what the first compilation freed, before the second
     try:
-        split = place(devices=count, segmented=one.segmented)  # as `one` was compiled
+        split = place(devices=count, segmented=False)
     except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
         one.placement = f"one device: {err}"
+        return one
+    too_large = _beyond_thread_heap(split.call_temporaries())  # whole: may exceed `one`'s
+    if too_large:
+        one.placement = f"one device: {too_large}"
         return one
     keep_freed_buffers()  # timed with the heap as `compile_graph` leaves it (each round trims)
     keep_thread_heaps()
@@ -154,9 +163,19 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     chosen = min(best, key=best.get)
     executable = one if chosen == 1 else split
     executable.placement_seconds = best
+    whole = " (compiled whole)" if one.segmented else ""
     executable.placement = (f"{chosen} device(s): {1e3 * best[count]:.1f} ms per call split "
-                            f"over {count}, {1e3 * best[1]:.1f} on one")  # fmt: skip
+                            f"over {count}{whole}, {1e3 * best[1]:.1f} on one")  # fmt: skip
     return executable
+
+
+def _beyond_thread_heap(share: float) -> str:
+    """Why a split whose devices each allocate `share` bytes per call would run slower
+    on CPU ("" if it would not)."""
+    if jax.default_backend() == "cpu" and share > THREAD_HEAP_BYTES:
+        return (f"split, each device would allocate {share / 2**20:.0f} MiB of temporaries "
+                "per call, more than a thread heap keeps")  # fmt: skip
+    return ""
 
 
 def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str = "jax",
