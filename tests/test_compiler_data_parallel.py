@@ -158,6 +158,13 @@ def test_auto_placement_times_a_whole_split_of_a_long_segmented_program(monkeypa
     )
 
 
+def test_auto_placement_keeps_the_segments_asked_for(monkeypatch) -> None:
+    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_SECONDS", 0.0)  # every call is long
+    exe = _a2c("auto", segmented=True)
+    assert exe.segmented and set(exe.placement_seconds) == {1, 2}
+    assert "compiled whole" not in exe.placement, exe.placement
+
+
 def test_segmented_program_split_over_two_devices_learns_as_on_one() -> None:
     split = _a2c(2, segmented=True)  # asked for explicitly: each segment is split
     assert split.segmented and split.devices == 2

@@ -102,7 +102,7 @@ class ReferenceExecutable:
         return fire_all(self.graph.sinks, outputs)
 
 
-def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
+def _faster_placement(place: Callable[..., JaxExecutable], split_whole: bool) -> JaxExecutable:
     """`devices="auto"`: the program on one device and split over all of them
     (`lower/data_parallel.py`), whichever runs its iterations faster, timed in alternate
     rounds from the initial state, by the fastest call of each. On CPU the split runs the
@@ -116,8 +116,8 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     segmented to lower the process's peak, which compiling a split next to it raises (the
     scaling sweep's width=16 point: 203 MiB above the idle process against 150); it stays
     on one device unless its call takes SPLIT_SEGMENTED_SECONDS or more, and then its split
-    is compiled whole, which ran faster than its segments split, for more memory (see
-    there).
+    is compiled whole (`split_whole`: unless segments were asked for), which ran faster than
+    its segments split, for more memory (see there).
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
     seconds by device count."""
     one = place(devices=1)
@@ -140,7 +140,7 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
         return one
     release_freed_heap()  # what the first compilation freed, before the second
     try:
-        split = place(devices=count, segmented=False)
+        split = place(devices=count, segmented=one.segmented and not split_whole)
     except RecurrenceError as err:  # the program as a whole compiled: only its split cannot
         one.placement = f"one device: {err}"
         return one
@@ -163,7 +163,7 @@ def _faster_placement(place: Callable[..., JaxExecutable]) -> JaxExecutable:
     chosen = min(best, key=best.get)
     executable = one if chosen == 1 else split
     executable.placement_seconds = best
-    whole = " (compiled whole)" if one.segmented else ""
+    whole = " (compiled whole)" if one.segmented and not split.segmented else ""
     executable.placement = (f"{chosen} device(s): {1e3 * best[count]:.1f} ms per call split "
                             f"over {count}{whole}, {1e3 * best[1]:.1f} on one")  # fmt: skip
     return executable
@@ -205,7 +205,10 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     schedule = build_schedule(optimized, optimized.nodes)
     place = partial(JaxExecutable, optimized, bound_values, schedule, specs,
                     iterations_per_call=iterations_per_call, segmented=segmented)  # fmt: skip
-    executable = _faster_placement(place) if devices == "auto" else place(devices=devices)
+    if devices == "auto":  # segmented=True asks for segments, split or not
+        executable = _faster_placement(place, split_whole=segmented is not True)
+    else:
+        executable = place(devices=devices)
     executable.pass_timings = timings
     release_freed_heap()  # what XLA's compilation freed would stay resident otherwise
     keep_freed_buffers()  # but what its executions free is reused, not unmapped each call
