@@ -1,6 +1,6 @@
-"""Segmented compilation: an iteration compiled as several XLA programs (cut after its loops
-and gradients) computes what the one program computes; "auto" keeps the segments only where
-their temporaries are small."""
+"""Segmented compilation: an iteration compiled as several XLA programs (cut around its loops
+and after its gradients) computes what the one program computes; "auto" keeps the segments
+only where their temporaries are small."""
 
 from __future__ import annotations
 
@@ -41,15 +41,19 @@ def _segment_ends(monkeypatch) -> list[str]:
     return ends
 
 
-def test_an_a2c_iteration_is_cut_after_its_acting_and_returns_loops_and_its_gradient(
+def test_an_a2c_iteration_is_cut_around_its_acting_and_returns_loops_and_after_its_gradient(
     monkeypatch,
 ) -> None:
     ends = _segment_ends(monkeypatch)
     built = small_a2c("trivial:4:6")
     built.program.compile(bounds=built.bounds, segmented=True)
-    # the prologue (one segment), then the iteration: acting scan | returns scan | loss and
-    # gradient | the optimizer's update and metrics, which move the loop's windows
-    assert ends[1:] == ["loop", "loop", "grad", "finish"]
+    # the prologue (one segment), then the iteration: the noise drawn for the acting steps |
+    # acting scan | the critic's values | returns scan | loss and gradient | the optimizer's
+    # update and metrics, which move the loop's windows
+    assert len(ends) == 7, ends
+    noise, acting, values, returns, gradient, update = ends[1:]
+    assert (acting, returns, gradient, update) == ("loop", "loop", "grad", "finish"), ends
+    assert {noise, values}.isdisjoint({"loop", "grad", "finish"}), ends
 
 
 @pytest.mark.parametrize("env", ["trivial:4:6", "gymnasium:CartPole-v1"])

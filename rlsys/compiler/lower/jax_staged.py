@@ -16,10 +16,11 @@ Loops without host ops stay inside their segment as `lax.scan`s. A segment reads
 its steps need: values computed earlier, windows of the enclosing host loops, their indices
 (as traced scalars, so one compiled function serves every step) and the program inputs.
 
-*Segmented* compilation (`cut=True`) also ends segments after the loops and gradients of a
-step list (`_cuts`), for a program without host ops too: XLA:CPU keeps the compiler state
-of every fused kernel of a program until the whole program is compiled (about 1 MiB each),
-so several smaller programs peak lower than one (`JaxExecutable`'s `segmented`).
+*Segmented* compilation (`cut=True`) also ends segments before and after the loops and after
+the gradients of a step list (`_cuts`), for a program without host ops too: XLA:CPU keeps
+the compiler state of every fused kernel of a program until the whole program is compiled
+(about 1 MiB each), so several smaller programs peak lower than one (`JaxExecutable`'s
+`segmented`).
 
 Everything is traced and compiled once, by an abstract pass at construction in which values
 are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `compile()`.
@@ -37,6 +38,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.heap import release_freed_heap
 from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
     Context,
@@ -55,6 +57,17 @@ from rlsys.compiler.schedule import Compute, Loop, Step
 from rlsys.compiler.stages import has_host
 
 INDEX = jax.ShapeDtypeStruct((), jnp.int32)
+
+
+def _compiled(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
+    """The segment compiled, and what compiling it freed handed back to the OS (`heap.py`):
+    segments compile one after another, and the next one's compilation did not reuse all of
+    that memory. The scaling sweep's envs=64 point, `segmented="auto"`: peak RSS 138–148 MiB
+    above the idle process (median 141, 15 runs) with the trim, 143–152 (median 150, 7 runs)
+    without."""
+    compiled = lowered.compile()
+    release_freed_heap()
+    return compiled
 
 
 def _abstract(array: Any) -> jax.ShapeDtypeStruct:
@@ -103,9 +116,9 @@ class Segment:
         args = self._arguments(ctx, finish.initial_carry() if finish else {}, stacks or {})
         values, host_args, _, _ = jax.eval_shape(self._traced, *args)  # sets out_axes
         if split is None:
-            self.compiled = jax.jit(self._traced).lower(*args).compile()
+            self.compiled = _compiled(jax.jit(self._traced).lower(*args))
         else:
-            self.compiled = self._over_devices(split, args).lower(*args).compile()
+            self.compiled = _compiled(self._over_devices(split, args).lower(*args))
         self._record(ctx, values, host_args, call=False)
 
     def run(self, ctx: Context, carry: dict | None = None,
@@ -212,18 +225,24 @@ def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
 
 
 def _cuts(ctx: Context, steps: list[Step]) -> set[int]:
-    """Where segmented compilation ends segments (after the steps at these positions): after
-    each loop and each gradient, up to the last gradient. An acting loop, an advantages'
-    scan, and a gradient's re-run of the forward pass with its backward pass are most of an
-    iteration's kernels; what follows the last gradient (the optimizer's update, metrics) is
-    small, and every segment costs a call per iteration. A gradient recomputes the values of
-    its path that an earlier segment computed (a critic's values for the advantages), which
-    one XLA program would have merged: part of what segmenting costs."""
+    """Where segmented compilation ends segments (after the steps at these positions): before
+    and after each loop and after each gradient, up to the last gradient. An acting loop, an
+    advantages' scan, and a gradient's re-run of the forward pass with its backward pass are
+    most of an iteration's kernels, and so is what comes before a loop (the noise an acting
+    loop draws for all its steps; a critic's values for the advantages: 51 loop fusions with
+    the scan at the scaling sweep's envs=64 point, whose compilation set the peak). Cut
+    before the loops too, that point compiled to a peak of 132–139 MiB above the idle process
+    instead of 141–150, and ran 0–5% slower. What follows the last gradient (the optimizer's
+    update, metrics) is small, and every segment costs a call per iteration. A gradient
+    recomputes the values of its path that an earlier segment computed (a critic's values
+    for the advantages), which one XLA program would have merged: part of what segmenting
+    costs."""
     grads = [k for k, step in enumerate(steps)
              if isinstance(step, Compute) and ctx.graph[step.node].op == "grad"]  # fmt: skip
     if not grads:
         return set()
-    return {*grads, *(k for k, step in enumerate(steps[: grads[-1]]) if isinstance(step, Loop))}
+    loops = [k for k, step in enumerate(steps[: grads[-1]]) if isinstance(step, Loop)]
+    return {*grads, *loops, *(k - 1 for k in loops if k > 0)}
 
 
 class StagedSteps:
@@ -304,13 +323,13 @@ class Rotated:
         rows = {m: jax.ShapeDtypeStruct(s.shape[1:], s.dtype) for m, s in stacks.items()}
         self.stacks = Packing(rows, rows=ctx.extent(loop.dim))
         start = (constants, large, ctx.inputs, carry, INDEX)
-        self._start = jax.jit(self._started).lower(*start).compile()
+        self._start = _compiled(jax.jit(self._started).lower(*start))
         packed = jax.eval_shape(self._started, *start)[:3]  # constants, state, stacks
         args = (packed[2], packed[1], ctx.values[self.host.id].array, INDEX, INDEX,
                 packed[0], large, ctx.inputs)  # fmt: skip
         # The stacks and the state are donated: XLA writes them in place.
-        self.compiled = jax.jit(self._traced, donate_argnums=(0, 1)).lower(*args).compile()
-        self._finish = jax.jit(self._finished).lower(*args[:4], *args[5:]).compile()
+        self.compiled = _compiled(jax.jit(self._traced, donate_argnums=(0, 1)).lower(*args))
+        self._finish = _compiled(jax.jit(self._finished).lower(*args[:4], *args[5:]))
 
     def _reads(self, ctx: Context, carry: dict) -> dict:
         """What the calls read that stays the same for a whole loop run: values and windows
@@ -455,7 +474,7 @@ class StagedLoop:
         # The stacks' arrangement in domain order, compiled here: as eager ops the
         # transpositions would cost a dispatch each per run (and a first lowering in it).
         if stacked and self.rotated is None:
-            self._arrange = jax.jit(self._arranged).lower(stacks).compile()
+            self._arrange = _compiled(jax.jit(self._arranged).lower(stacks))
 
     def _arranged(self, stacks: dict) -> dict:
         return {m: jnp.transpose(a, self.layouts[m][1]) for m, a in stacks.items()}
