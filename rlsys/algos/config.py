@@ -42,11 +42,12 @@ class CommonConfig:
     iterations_per_call: int = 10
     """Iterations per jitted call (progress is reported between calls)."""
     segmented: str = "no"
-    """Compile an iteration as several XLA programs (cut after its loops and gradients), run
-    one iteration per call: "yes", "auto" (only where compiling, not running, sets the
-    process's peak memory: small rollouts) or "no" (one program). On CPU, where compiling
-    sets the peak, that peak falls by a quarter to a third, for iterations up to about 1.4x
-    as long; "auto" compiles a large rollout's iteration twice (segmented, then whole)."""
+    """Compile an iteration as several XLA programs (cut around its loops and after its
+    gradients), run one iteration per call: "yes", "auto" (only where compiling, not
+    running, sets the process's peak memory: small rollouts) or "no" (one program). On CPU,
+    where compiling sets the peak, that peak falls by a quarter to a third, for iterations
+    up to about 1.4x as long; "auto" compiles a large rollout's iteration twice (segmented,
+    then whole)."""
     devices: str = "1"
     """Devices to split the environments over: a number, or "auto" (one CPU device per core,
     kept only if the split's first calls ran faster than one device's). Each device runs

@@ -188,9 +188,9 @@ class Program:
         """Bind the bounds, check the program, and lower it: backend "jax" (jitted JAX) or
         "ref" (the point-by-point reference interpreter). `debug=True` verifies the IR after
         every pass; `iterations_per_call=K` runs K iterations per jitted call;
-        `segmented=True` compiles an iteration as several XLA programs, cut after its loops
-        and gradients, run one iteration per call: less memory to compile, a little slower;
-        "auto" only where compiling, not running, would set the peak memory. `devices=N`
+        `segmented=True` compiles an iteration as several XLA programs, cut around its loops
+        and after its gradients, run one iteration per call: less memory to compile, a little
+        slower; "auto" only where compiling, not running, would set the peak memory. `devices=N`
         splits the iterations' points (the environments) over N devices, each running its
         share (a segmented program: each segment so); on CPU, first call
         `use_cpu_devices(N)` (see `lower/data_parallel.py`); "auto" keeps that split or one

@@ -13,8 +13,8 @@ so training reports progress and can be stopped between calls, while K (the comp
 `iterations_per_call`) amortizes the cost of a call. Other programs become one jitted
 function. A program with host ops (a gymnasium environment) runs its loops that contain them
 from the host instead, with jitted segments in between (`jax_staged.py`), one iteration per
-call. So does a program compiled `segmented=True`, its segments cut after its loops and
-gradients: on CPU, several smaller XLA programs need less memory to compile than one
+call. So does a program compiled `segmented=True`, its segments cut around its loops and
+after its gradients: on CPU, several smaller XLA programs need less memory to compile than one
 (about a third less for the A2C scaling sweep's small points), for some speed.
 `segmented="auto"` keeps the segments only where compiling clearly sets the peak: when a
 segment's temporaries exceed SEGMENTED_TEMPORARIES, running needs much of what compiling
