@@ -232,7 +232,7 @@ def _cuts(ctx: Context, steps: list[Step]) -> set[int]:
     loop draws for all its steps; a critic's values for the advantages: 51 loop fusions with
     the scan at the scaling sweep's envs=64 point, whose compilation set the peak). Cut
     before the loops too, that point compiled to a peak of 132–139 MiB above the idle process
-    instead of 141–150, and ran 0–5% slower. What follows the last gradient (the optimizer's
+    instead of 141–150, and ran 0–6% slower. What follows the last gradient (the optimizer's
     update, metrics) is small, and every segment costs a call per iteration. A gradient
     recomputes the values of its path that an earlier segment computed (a critic's values
     for the advantages), which one XLA program would have merged: part of what segmenting
