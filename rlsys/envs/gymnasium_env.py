@@ -99,10 +99,10 @@ class GymnasiumEnv:
         return obs
 
     def _step_vector(self, action: np.ndarray):
-        """(obs, reward, terminated, truncated, final obs) with same-step resets: a finished
+        """(obs, reward, terminated, truncated, final obs), each an array or a list with one
+        entry per environment, in environment order, with same-step resets: a finished
         episode's obs is the next episode's first, its final obs the last of the finished."""
-        obs, reward, terminated, truncated, info = self.vector.step(action)
-        return obs, reward, terminated, truncated, info["final_obs"]
+        return self.vector.step_rows(action)
 
     # -- on the host --------------------------------------------------------------------------
     def host_reset(self) -> np.ndarray:
@@ -114,10 +114,17 @@ class GymnasiumEnv:
         obs, reward, terminated, truncated, final = self._step_vector(action)
         n, size = self.num_envs, self._obs_size
         packed = np.empty((n, 2 * size + 3), np.float32)  # the columns of _step_layout
-        packed[:, :size] = obs.reshape(n, size)
+        packed[:, :size] = self._rows(obs)
         packed[:, size], packed[:, size + 1], packed[:, size + 2] = reward, terminated, truncated
-        packed[:, size + 3 :] = final.reshape(n, size)
+        packed[:, size + 3 :] = self._rows(final)
         return packed
+
+    def _rows(self, observations) -> Any:
+        """Observations (an array, or a list of one per environment) as rows to copy: flat
+        ones copy as they are, without a stacked array in between."""
+        if len(self.obs_shape) == 1:
+            return observations
+        return np.reshape(observations, (self.num_envs, self._obs_size))
 
     # -- in the program -------------------------------------------------------------------------
     def reset(self, anchor: RecurrentTensor) -> _Packed:
