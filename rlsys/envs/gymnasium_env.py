@@ -4,9 +4,9 @@
     first = env.reset(program)                # .obs, domain (b,)
     step = env.step(action)                   # .obs .reward .terminated .truncated .done
                                               # .final_obs, one call for all b at a point
-A `SameStepVector` of `num_envs` copies (SyncVectorEnv's results, at less than half its cost)
-steps all environments of a point in one ordered host callback, so calls happen in program
-order (the acting scan over t). Finished episodes reset in the same step: `obs` then starts
+A `SameStepVector` of `num_envs` copies (SyncVectorEnv's results, at two thirds of its cost)
+steps all environments of a point in one host call, made from Python between the acting
+loop's jitted steps (`compiler/stages.py`), in program order. Finished episodes reset in the same step: `obs` then starts
 the next episode and `final_obs` is the last observation of the finished one, as with gymnax.
 
 The environment's state lives in the host object, not in the program: re-running a program

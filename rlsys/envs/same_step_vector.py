@@ -2,10 +2,10 @@
 
 It does what `gymnasium.vector.SyncVectorEnv(..., autoreset_mode=SAME_STEP)` does, with the
 same environments, seeds and results, but leaner: SyncVectorEnv batches observations through
-the space's `concatenate` and merges every step's info dicts key by key, which costs more than
-CartPole's own physics (8 CartPoles: about 170 µs per step against 75 µs here). rlsys's
-programs only need the arrays, so this collects each environment's results in lists
-(`step_rows`), stacks them once and keeps no info.
+the space's `concatenate` and merges every step's info dicts key by key. rlsys's programs only
+need the arrays, so this collects each environment's results in lists (`step_rows`), stacks
+them once and keeps no info. 8 CartPoles on the project's 2-core machine: 69 µs per step for
+SyncVectorEnv, 50 for `step`, 46 for `step_rows`, 45 for the environments' own steps alone.
 
 Auto-reset: an episode that ends is reset in the same step; `obs` is then the next episode's
 first observation and `info["final_obs"]` (a dense array, one row per environment; equal to
@@ -60,9 +60,9 @@ class SameStepVector(gym.vector.VectorEnv):
     def step_rows(self, actions: Any) -> tuple[list, list, list, list, list]:
         """`step`'s results unstacked: per result a list with one entry per environment
         (observations, rewards, terminated, truncated, final observations). A caller that
-        copies them into arrays of its own (`GymnasiumEnv`) saves `step`'s stacking: writing
-        NumPy rows and items one by one cost more than a list append (8 CartPoles: about 4 µs
-        per step of 50)."""
+        copies them into arrays of its own (`GymnasiumEnv`) saves `step`'s stacking (8
+        CartPoles: 46 µs per step against 50); writing NumPy rows and items one by one, as
+        this did before, cost about as much as stacking."""
         if self._as_ints:
             actions = np.asarray(actions).tolist()
         observations, finals, rewards, terminated, truncated = [], [], [], [], []
