@@ -6,8 +6,9 @@
                                               # .final_obs, one call for all b at a point
 A `SameStepVector` of `num_envs` copies (SyncVectorEnv's results, at two thirds of its cost)
 steps all environments of a point in one host call, made from Python between the acting
-loop's jitted steps (`compiler/stages.py`), in program order. Finished episodes reset in the same step: `obs` then starts
-the next episode and `final_obs` is the last observation of the finished one, as with gymnax.
+loop's jitted steps (`compiler/stages.py`), in program order. Finished episodes reset in the
+same step: `obs` then starts the next episode and `final_obs` is the last observation of
+the finished one, as with gymnax.
 
 The environment's state lives in the host object, not in the program: re-running a program
 continues the environments where they were (a fresh program starts them from `seed`).
