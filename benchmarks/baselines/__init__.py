@@ -30,6 +30,7 @@ Import them with the repository root on `sys.path`: `from benchmarks.baselines i
 
 from __future__ import annotations
 
+import collections
 import importlib
 import math
 import time
@@ -98,6 +99,9 @@ class Progress:
         self.target = target
         self.clock_start = time.perf_counter() if clock_start is None else clock_start
         self.returns: list[float] = []
+        # the last WINDOW returns with episodes, kept as they come: `add` runs in the timed
+        # region of every system, so it must not rescan all iterations each time
+        self._recent: collections.deque[float] = collections.deque(maxlen=WINDOW)
         self.steps_to_target: int | None = None
         self.time_to_target_s: float | None = None
 
@@ -107,17 +111,18 @@ class Progress:
 
     def window_mean(self) -> float:
         """Mean of the last WINDOW iterations that had episodes (NaN if none had)."""
-        recent = [r for r in self.returns if not math.isnan(r)][-WINDOW:]
+        recent = self._recent
         return sum(recent) / len(recent) if recent else math.nan
 
     def add(self, return_sum: float, episodes: float) -> bool:
         """Record one iteration; True once the target has been met (now or before)."""
         self.returns.append(float(return_sum) / episodes if episodes else math.nan)
-        if self.target is not None and not self.reached:
-            with_episodes = sum(1 for r in self.returns if not math.isnan(r))
-            if with_episodes >= WINDOW and self.window_mean() >= self.target:
-                self.steps_to_target = len(self.returns) * self.batch_size
-                self.time_to_target_s = time.perf_counter() - self.clock_start
+        if episodes:
+            self._recent.append(self.returns[-1])
+        waiting = self.target is not None and not self.reached
+        if waiting and len(self._recent) == WINDOW and self.window_mean() >= self.target:
+            self.steps_to_target = len(self.returns) * self.batch_size
+            self.time_to_target_s = time.perf_counter() - self.clock_start
         return self.reached
 
     def result(self, *, iterations: int, compile_seconds: float,

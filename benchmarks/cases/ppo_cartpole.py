@@ -13,9 +13,10 @@ with finished episodes reaches 475. Reported:
   `reached_475` (1 or 0) says in how many runs that was (its median is 1 when most did);
 * `final_return`: the mean return of the last 10 iterations with episodes when it stopped.
 
-The JAX systems are checked between jitted calls of 10 iterations each (rlsys's
-`iterations_per_call`, the PureJaxRL-style `chunk`), so they may compute up to 9 iterations
-past the target; the torch ones check after every iteration.
+The JAX systems are checked between jitted calls of up to 10 iterations each (rlsys's
+`iterations_per_call`, which it lowers to split the run into equal calls: 8 for 488
+iterations; the PureJaxRL-style `chunk`), so they may compute up to 9 iterations past the
+target; the torch ones check after every iteration.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def _train_rlsys(total_steps: int, seed: int, *, target: float, clock_start: flo
     run_began = time.perf_counter()
     exe.run(on_iteration=on_iteration)
     run_seconds = time.perf_counter() - run_began
-    seen = len(progress.returns)  # iterations are computed CHUNK at a time
-    computed = min(config.num_iterations, -(-seen // CHUNK) * CHUNK)
+    seen = len(progress.returns)  # iterations are computed a call at a time
+    per_call = exe.iterations_per_call  # CHUNK or less: calls split the run evenly
+    computed = min(config.num_iterations, -(-seen // per_call) * per_call)
     return progress.result(iterations=computed, compile_seconds=compile_seconds,
                            run_seconds=run_seconds)  # fmt: skip
 

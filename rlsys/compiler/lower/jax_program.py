@@ -421,18 +421,19 @@ class JaxExecutable:
                 on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
             if stop:
                 break
-        # Staged iterations keep their outputs on the host; an eager jnp.concatenate of them
-        # would be compiled for their count.
-        # Split iterations' outputs are spread over devices, where the epilogue is not.
-        concatenate = np.concatenate if self.staged or self.split else jnp.concatenate
-        stacked = {m: concatenate([k[m] for k in kept]) for m in kept[0]} if kept else {}
+        # Joined on the host: an eager jnp.concatenate is compiled for the count of calls,
+        # about 10 ms per output (PPO: 45 ms of a 1.8 s run), and staged or split
+        # iterations' outputs are on the host or spread over devices anyway. They are one
+        # row per iteration, and reported iterations were copied to the host already.
+        names = kept[0] if kept else {}
+        stacked = {m: np.concatenate([np.asarray(k[m]) for k in kept]) for m in names}
         at_end = [s for s in self.ir.sinks if s not in per_iteration]
         if done < extent or started > 0:  # a part of the loop: what each iteration computed
             outputs = self.iteration_outputs.items()
             partial_outputs = {name: np.asarray(stacked[node]) for name, node in outputs if stacked}
             return fire_all(at_end, partial_outputs)
         if self._loop.reverse:
-            stacked = {m: jnp.flip(a, axis=0) for m, a in stacked.items()}
+            stacked = {m: np.flip(a, axis=0) for m, a in stacked.items()}
         outputs = self._epilogue_fn(arrays, pre, stacked)
         return fire_all(at_end, {k: np.asarray(v) for k, v in outputs.items()})
 
