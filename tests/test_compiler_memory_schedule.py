@@ -1,6 +1,7 @@
 """XLA:CPU's memory scheduler is tried only for programs with large temporaries, and kept
-only when it needs fewer (`lower/memory_schedule.py`); on a GPU, programs are compiled once
-with `lower/gpu_launch.py`'s options."""
+only when it needs fewer (`lower/memory_schedule.py`); every CPU program is compiled with
+`lower/cpu_copies.py`'s options; on a GPU, programs are compiled once with
+`lower/gpu_launch.py`'s options."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlsys.compiler.lower import memory_schedule
+from rlsys.compiler.lower.cpu_copies import CPU_COPY_OPTIONS, copy_options
 from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS, launch_options
 from rlsys.compiler.lower.memory_schedule import MEMORY_SCHEDULER, compile_frugally
 
@@ -41,28 +43,32 @@ class _Lowered:
 
     def compile(self, compiler_options=None) -> _Compiled:
         self.calls.append(compiler_options)
-        return _Compiled(self.frugal if compiler_options else self.default, compiler_options)
+        frugal = any(key in (compiler_options or {}) for key in MEMORY_SCHEDULER)
+        return _Compiled(self.frugal if frugal else self.default, compiler_options)
+
+
+WITH_SCHEDULER = {**CPU_COPY_OPTIONS, **MEMORY_SCHEDULER}
 
 
 def test_small_temporaries_are_compiled_once_as_xla_would() -> None:
     lowered = _Lowered(default=100 * MiB, frugal=50 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [None]
-    assert compiled.options is None
+    assert lowered.calls == [CPU_COPY_OPTIONS]
+    assert compiled.options == CPU_COPY_OPTIONS
 
 
 def test_large_temporaries_keep_the_memory_scheduler_when_it_needs_fewer() -> None:
     lowered = _Lowered(default=382 * MiB, frugal=318 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [None, MEMORY_SCHEDULER]
-    assert compiled.options == MEMORY_SCHEDULER
+    assert lowered.calls == [CPU_COPY_OPTIONS, WITH_SCHEDULER]
+    assert compiled.options == WITH_SCHEDULER
 
 
 def test_large_temporaries_keep_the_default_when_the_memory_scheduler_needs_as_many() -> None:
     lowered = _Lowered(default=200 * MiB, frugal=200 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [None, MEMORY_SCHEDULER]
-    assert compiled.options is None
+    assert lowered.calls == [CPU_COPY_OPTIONS, WITH_SCHEDULER]
+    assert compiled.options == CPU_COPY_OPTIONS
 
 
 def test_a_real_program_compiled_with_the_memory_scheduler_computes_the_same(monkeypatch) -> None:
@@ -91,3 +97,24 @@ def test_on_a_gpu_programs_are_compiled_once_with_the_launch_options(monkeypatch
 def test_off_the_gpu_there_are_no_launch_options() -> None:
     assert jax.default_backend() == "cpu"  # the test suite runs on the CPU
     assert launch_options() == {}
+    assert copy_options() == CPU_COPY_OPTIONS
+
+
+def test_region_analysis_leaves_a_loop_counter_uncopied_and_computes_the_same() -> None:
+    """A scan writing each step's state into a stack at its counter: XLA's default copy
+    insertion copies the counter every trip, the region analysis proves it need not."""
+
+    def program(x):
+        def step(carry, t):
+            state, stack = carry
+            state = jnp.tanh(state * 1.01 + t)
+            return (state, jax.lax.dynamic_update_slice(stack, state[None], (t, 0))), None
+
+        (_, stack), _ = jax.lax.scan(step, (x, jnp.zeros((16, x.shape[0]))), jnp.arange(16))
+        return stack
+
+    x = jnp.linspace(-1.0, 1.0, 8)
+    lowered = jax.jit(program).lower(x)
+    ours, plain = compile_frugally(lowered), lowered.compile()
+    assert ours.as_text().count(" copy(") < plain.as_text().count(" copy(")
+    np.testing.assert_array_equal(ours(x), plain(x))
