@@ -94,7 +94,7 @@ def test_on_a_gpu_programs_are_compiled_once_with_the_launch_options(monkeypatch
     assert compiled.options == {"xla_gpu_graph_min_graph_size": 1}
 
 
-def test_off_the_gpu_there_are_no_launch_options() -> None:
+def test_off_the_gpu_there_are_no_launch_options_but_the_copy_options() -> None:
     assert jax.default_backend() == "cpu"  # the test suite runs on the CPU
     assert launch_options() == {}
     assert copy_options() == CPU_COPY_OPTIONS

@@ -422,7 +422,7 @@ class JaxExecutable:
             if stop:
                 break
         # Joined on the host: an eager jnp.concatenate is compiled for the count of calls,
-        # about 10 ms per output (PPO: 45 ms of a 1.8 s run), and staged or split
+        # about 10 ms per output (PPO: 45 ms of a 1.8 s run, under cProfile); staged or split
         # iterations' outputs are on the host or spread over devices anyway. They are one
         # row per iteration, and reported iterations were copied to the host already.
         names = kept[0] if kept else {}

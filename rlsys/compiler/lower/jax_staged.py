@@ -61,11 +61,11 @@ INDEX = jax.ShapeDtypeStruct((), jnp.int32)
 
 
 def _compiled(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
-    """The segment compiled, and what compiling it freed handed back to the OS (`heap.py`):
-    segments compile one after another, and the next one's compilation did not reuse all of
-    that memory. The scaling sweep's envs=64 point, `segmented="auto"`: peak RSS 138–148 MiB
-    above the idle process (median 141, 15 runs) with the trim, 143–152 (median 150, 7 runs)
-    without."""
+    """The segment compiled (with `cpu_copies`' options), and what compiling it freed handed back
+    to the OS (`heap.py`): segments compile one after another, and the next one's compilation
+    did not reuse all of that memory. The scaling sweep's envs=64 point, `segmented="auto"`:
+    peak RSS 138–148 MiB above the idle process (median 141, 15 runs) with the trim, 143–152
+    (median 150, 7 runs) without."""
     compiled = lowered.compile(compiler_options=copy_options() or None)
     release_freed_heap()
     return compiled
