@@ -430,7 +430,7 @@ class JaxExecutable:
         at_end = [s for s in self.ir.sinks if s not in per_iteration]
         if done < extent or started > 0:  # a part of the loop: what each iteration computed
             outputs = self.iteration_outputs.items()
-            partial_outputs = {name: np.asarray(stacked[node]) for name, node in outputs if stacked}
+            partial_outputs = {name: stacked[node] for name, node in outputs if stacked}
             return fire_all(at_end, partial_outputs)
         if self._loop.reverse:
             stacked = {m: np.flip(a, axis=0) for m, a in stacked.items()}
