@@ -13,8 +13,15 @@ iteration (a while thunk's own span, which holds its body's, is left out of thes
 then the costliest thunks with their time per call and what they are.
 
 Tracing costs about half a microsecond per thunk, so the small thunks of an acting step
-read high; the printed wall time per iteration is with tracing on. Long thunks (the dots)
-are measured well. `dot` thunks are XLA's own (Eigen) matrix products, `ynn_fusion` ones
+read high; the printed wall time per iteration is with tracing on. Tracing also makes some
+YNNPACK fusions take page faults on every call (their scratch memory, it seems, on pages
+the heap has just given back): PPO's critic 64x64 weight gradient reads about 40 us traced against
+the actor's 24, and 41% of its samples under `perf` are in the operating system (page
+faults, glibc growing a thread's heap); untraced, XLA's threads take almost no page faults
+(benchmarks/RESULTS.md, thirty-first session). So compare a thunk with its twins before
+reading much into one that stands out. Eigen's `dot` thunks return before their work is
+done (it runs as pool tasks): their spans read short, and a product running beside one
+reads long. `dot` thunks are XLA's own (Eigen) matrix products, `ynn_fusion` ones
 YNNPACK's: YNNPACK takes a dot only when the left operand's contracted dimension is its last
 (`ynn_support.cc` in XLA), which a weight gradient Xᵀ·dY (contracting the batch rows of
 both) never is.
