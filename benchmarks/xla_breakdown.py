@@ -18,7 +18,7 @@ YNNPACK fusions take page faults on every call (their scratch memory, it seems, 
 the heap has just given back): PPO's critic 64x64 weight gradient reads about 40 us traced against
 the actor's 24, and 41% of its samples under `perf` are in the operating system (page
 faults, glibc growing a thread's heap); untraced, XLA's threads take almost no page faults
-(benchmarks/RESULTS.md, thirty-first session). So compare a thunk with its twins before
+(benchmarks/HISTORY.md, thirty-first session). So compare a thunk with its twins before
 reading much into one that stands out. Eigen's `dot` thunks return before their work is
 done (it runs as pool tasks): their spans read short, and a product running beside one
 reads long. `dot` thunks are XLA's own (Eigen) matrix products, `ynn_fusion` ones

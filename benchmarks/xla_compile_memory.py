@@ -10,7 +10,7 @@ program is compiled, and prints the process's peak RSS above that point (`ru_max
   `malloc_trim` between), which is what splitting an iteration into phases would give;
 - `legacy`: with `--xla_cpu_use_fusion_emitters=false` (XLA's older LLVM IR emitters).
 
-It shows why the scaling sweep's rlsys peak sits where it does (benchmarks/RESULTS.md): the
+It shows why the scaling sweep's rlsys peak sits where it does (benchmarks/HISTORY.md): the
 MLIR fusion emitters keep each loop fusion's compiler state until the whole program is
 compiled, so a compilation's transient memory grows with the number of loop fusions in that
 one program. The sweep's A2C iteration has about a hundred.

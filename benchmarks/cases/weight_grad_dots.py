@@ -1,7 +1,7 @@
 """The matrix products of an MLP's training step: XLA:CPU against PyTorch (1 thread).
 
 Why rlsys and the PureJaxRL-style code fall short of their goals on this machine
-(`RESULTS.md`, "Where the time goes inside XLA:CPU"): the weight gradient of a dense layer,
+(`HISTORY.md`, "Where the time goes inside XLA:CPU"): the weight gradient of a dense layer,
 Xᵀ·dY contracted over the batch rows, is much slower in XLA:CPU than the forward product
 X·W of the same size. XLA hands a dot to YNNPACK only when the left operand's contracted
 dimension is its last one, which Xᵀ·dY's never is, and runs it in its own (Eigen) kernel.

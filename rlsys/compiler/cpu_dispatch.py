@@ -9,7 +9,7 @@ about 80 µs per call on this project's 2-core machine, against about 21 µs for
 run inline (its real arguments, repeated in one process). PPO on gymnasium CartPole (a host
 loop), alternating in one session: 32–34k env steps/s dispatched asynchronously, 40–53k
 inline. Whole-iteration programs ran no faster dispatched: gymnax PPO and the A2C scaling
-sweep at the same speed either way (benchmarks/RESULTS.md, the host PPO row), and the sweep's
+sweep at the same speed either way (benchmarks/HISTORY.md, the host PPO row), and the sweep's
 iteration at 4 layers slower, 131.7 against 119.2 ms (section "Twenty-third session").
 
 The switch is JAX's `jax_cpu_enable_async_dispatch`, which takes effect only when the CPU

@@ -11,7 +11,7 @@ by chunk in a loop, a few thousand rows each (about 4,000 at width 64), whose ac
 the CPU's caches.
 The scaling sweep's iteration, compiled both ways in one process and run alternating: 4
 layers 137 ms whole, 123 chunked; 512 envs 122 and 104; episodes of 500 steps 135 and 114
-(`benchmarks/RESULTS.md`, "Sixteenth and seventeenth sessions").
+(`benchmarks/HISTORY.md`, "Sixteenth and seventeenth sessions").
 On a GPU the loop only adds launches and loop-condition round trips: on an H200 every sweep
 point ran 11-25% slower chunked (`benchmarks/gpu/device_check.sh chunks`), so only the
 backends in `CHUNKED_BACKENDS` chunk.

@@ -9,7 +9,7 @@ of the loop counter made every trip (one of the 23 thunks of an acting step, one
 of an update), and the iteration took 4.1% less time: 4.144 against 4.322 ms (25 alternating
 rounds in one process, both compilations; the same results bit for bit). The A2C scaling
 sweep's iterations ran as before (1.000-1.013x at its base, envs=64, width=16, width=256,
-layers=4 and episode=125 points; benchmarks/RESULTS.md, thirtieth session).
+layers=4 and episode=125 points; benchmarks/HISTORY.md, thirtieth session).
 
 A compiler option of the program, not a process-wide flag: JAX code outside rlsys compiles
 as it would.

@@ -2,7 +2,7 @@
 
 XLA:CPU runs a loop body one op at a time, and an acting step's products (256 envs x 64)
 are too small for its intra-op threads: the acting loop of the scaling sweep uses one core
-of two (`benchmarks/RESULTS.md`, "Twenty-second session"). Given several CPU devices
+of two (`benchmarks/HISTORY.md`, "Twenty-second session"). Given several CPU devices
 (`use_cpu_devices`, one per core), `compile(devices=N)` splits the environment dim over
 them: each device holds 1/N of every value along that dim and runs the whole iteration on
 those points (acting, returns, the gradient's re-run) in one `shard_map` program, each on

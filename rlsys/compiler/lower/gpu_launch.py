@@ -10,7 +10,7 @@ an iteration: 13.1-14.5 ms per iteration with 5.0 ms of kernels.
 
 With every run captured (minimum size 1), the same program ran 7.2 ms per iteration, PPO
 (gymnax CartPole, 10 iterations per call) 5.3 ms against 5.6-6.9, and the sweep's width=16
-point 6.3 against 10.0-15.4 (`benchmarks/gpu/kernel_count.py`, benchmarks/RESULTS.md,
+point 6.3 against 10.0-15.4 (`benchmarks/gpu/kernel_count.py`, benchmarks/HISTORY.md,
 twentieth session). Recording whole loops as graphs too (command types WHILE and
 CONDITIONAL) made PPO slower: 7.3 ms.
 """

@@ -469,7 +469,7 @@ def _needed_first(needed):
     among the true ones is a running count, taken here by two products with triangular
     matrices of ones (exact in float32 below 2^24) over needed as a square-ish matrix:
     XLA:CPU compiles jnp.nonzero's prefix sum into about 14 fusions, which cost compile
-    memory (`benchmarks/RESULTS.md`, "Where the sweep's memory goes"), and runs it slower
+    memory (`benchmarks/HISTORY.md`, "Where the sweep's memory goes"), and runs it slower
     (64,000 entries, jitted alone: 0.84 ms against 0.49)."""
     size = needed.shape[0]
     if size >= 2**24:

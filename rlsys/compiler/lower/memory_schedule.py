@@ -7,7 +7,7 @@ scheduler needs 318 MiB of temporaries instead of 382 (the forward activations o
 the critic and the bootstrap values are no longer all live at once), with the same iteration
 time, and the process's peak falls by as much; at 512 envs 167 instead of 201. For programs
 with small temporaries it buys little and its compilation peaks about 10 MiB higher
-(benchmarks/RESULTS.md, twelfth session), and there the compilation, not the run, sets the
+(benchmarks/HISTORY.md, twelfth session), and there the compilation, not the run, sets the
 process's peak memory.
 
 So a program is compiled as XLA would, and compiled again with the memory scheduler only
