@@ -139,15 +139,17 @@ def test_auto_placement_keeps_one_device_when_the_envs_are_not_independent() -> 
     assert exe.placement.startswith("one device:") and "not along b" in exe.placement
 
 
-def test_auto_placement_keeps_a_short_segmented_program_on_one_device() -> None:
+def test_auto_placement_keeps_a_small_segmented_program_on_one_device() -> None:
     exe = _a2c("auto", segmented="auto")  # small temporaries: the segments are kept
     assert exe.segmented and exe.devices == 1
     assert exe.placement.startswith("one device: it is segmented, and a call of ")
+    assert "GFLOP is too little work" in exe.placement
+    assert 0 < exe.call_flops() < compile_module.SPLIT_SEGMENTED_FLOPS
     assert exe.placement_seconds == {}  # the split was not compiled
 
 
 def test_auto_placement_times_a_whole_split_of_a_long_segmented_program(monkeypatch) -> None:
-    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_SECONDS", 0.0)  # every call is long
+    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_FLOPS", 0.0)  # every call is large
     exe = _a2c("auto", segmented="auto")
     assert set(exe.placement_seconds) == {1, 2}
     assert "split over 2 (compiled whole)" in exe.placement, exe.placement
@@ -159,7 +161,7 @@ def test_auto_placement_times_a_whole_split_of_a_long_segmented_program(monkeypa
 
 
 def test_auto_placement_keeps_the_segments_asked_for(monkeypatch) -> None:
-    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_SECONDS", 0.0)  # every call is long
+    monkeypatch.setattr(compile_module, "SPLIT_SEGMENTED_FLOPS", 0.0)  # every call is large
     exe = _a2c("auto", segmented=True)
     assert exe.segmented and set(exe.placement_seconds) == {1, 2}
     assert "compiled whole" not in exe.placement, exe.placement

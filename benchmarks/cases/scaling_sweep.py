@@ -15,9 +15,10 @@ layers {1, 2, 4}: 9 points, 4 systems each.
   faster than one device did (its choice is in the result as `placement`);
 * `auto@POINT`: the same with `segmented="auto"` too: the iteration compiled as several XLA
   programs where compiling, not running, sets the peak memory; `devices="auto"` times a
-  split of those only where a call on one device takes 50 ms or more (compiling the split
-  raises the peak the segments lowered), and compiles that split whole (faster than split
-  segments); the others are placed as `rlsys@POINT`'s;
+  split of those only where a call does 4 GFLOP or more in matrix products (base, envs=512,
+  episode=500, layers=4; compiling the split raises the peak the segments lowered), and
+  compiles that split whole (faster than split segments); the others are placed as
+  `rlsys@POINT`'s;
 * `purejaxrl@POINT`: `benchmarks/baselines/purejaxrl_style_a2c.py`, one jitted iteration;
 * `cleanrl@POINT`: `benchmarks/baselines/cleanrl_style_a2c.py`, PyTorch with 1 thread and
   the env as a NumPy vector env.

@@ -54,8 +54,8 @@ class CommonConfig:
     the whole iteration on its share; needs an in-graph environment and environments that
     do not read each other's values: A2C and REINFORCE split, PPO's shuffled minibatches and
     DQN's replay do not ("auto" then stays on one device). A segmented iteration is split
-    segment by segment; "auto" tries a split of it only for iterations of 50 ms or more
-    (memory), compiled whole (faster) unless --segmented yes."""
+    segment by segment; "auto" tries a split of it only for iterations of 4 GFLOP or more
+    in matrix products (memory), compiled whole (faster) unless --segmented yes."""
     checkpoint_every: int = 50
     """Save checkpoint.npz every this many iterations (at the next call's end) and at the
     end; 0: only at the end."""

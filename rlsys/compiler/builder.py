@@ -195,8 +195,8 @@ class Program:
         share (a segmented program: each segment so); on CPU, first call
         `use_cpu_devices(N)` (see `lower/data_parallel.py`); "auto" keeps that split or one
         device, whichever ran its first calls faster (a segmented program: only if its call
-        takes 50 ms or more, and then, with segmented="auto", the split is compiled whole,
-        `compile.py`)."""
+        does SPLIT_SEGMENTED_FLOPS or more, and then, with segmented="auto", the split is
+        compiled whole, `compile.py`)."""
         from rlsys.compiler.compile import compile_graph
 
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,

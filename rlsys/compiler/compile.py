@@ -40,18 +40,22 @@ BACKENDS = ("jax", "ref")
 # devices="auto" times each placement in rounds: per round and placement, the C heap trimmed,
 # one untimed call (it maps the pages the trim returned: about 12,000 page faults), one timed.
 PLACEMENT_ROUNDS = 3
-# A segmented program is compiled split too only when its call on one device takes this
-# long. Both compiled segmented on the scaling sweep, alternating in one process
-# (`benchmarks/data_parallel_ab.py --segmented`), ms per iteration, one device / split over
-# 2: episode=125 28.1 / 30.7, layers=1 21.1 / 20.0, envs=64 21.1 / 20.4, width=16 17.7 /
-# 18.0; base 56.9 / 50.9, layers=4 126.0 / 116.4. The split's collectives and per-segment
-# dispatch cost about as much as a short call gains, and only the memory would show; the
-# bound sits well above the short calls, which the machine's slow windows make 1.5x longer.
+# A segmented program is compiled split too only when its call on one device does this many
+# floating-point operations in matrix products (`lower/hlo_work.py`), counted in its compiled
+# segments, so that the choice is the same on every machine and under any load. Both
+# compiled segmented on the scaling sweep, alternating in one process
+# (`benchmarks/data_parallel_ab.py --segmented`, AMD EPYC), ms per iteration, one device /
+# split over 2: episode=125 (2.5 GFLOP a call) 28.1 / 30.7, layers=1 (0.9) 21.1 / 20.0,
+# envs=64 (1.3) 21.1 / 20.4, width=16 (0.5) 17.7 / 18.0; base (5.1) 56.9 / 50.9, layers=4
+# (13.5) 126.0 / 116.4. A split of a short call gains little there, while compiling it next
+# to the segments raises the process's peak, which segmenting lowered. (The bound was 50 ms
+# of a timed call until the thirty-second session: on an Intel Xeon the small points' calls
+# took 30-53 ms, and the choice flipped from run to run; benchmarks/HISTORY.md.)
 # The split of a call that long is compiled whole: one process each, segmented="auto" and
 # devices="auto", ms per iteration and MiB above idle at the peak, the split segmented /
 # whole: layers=4 115.4, 122.7 / 109.6, 114.6 ms and 259, 263 / 343, 328 MiB; base 57.0,
 # 51.6 / 45.4, 46.5 ms and 223, 230 / 317, 320 MiB (the best baseline's: 436 and 346).
-SPLIT_SEGMENTED_SECONDS = 0.050
+SPLIT_SEGMENTED_FLOPS = 4e9
 
 
 def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
@@ -115,7 +119,7 @@ def _faster_placement(place: Callable[..., JaxExecutable], split_whole: bool) ->
     device (500 against 465 MiB above the idle process there). A segmented program was
     segmented to lower the process's peak, which compiling a split next to it raises (the
     scaling sweep's width=16 point: 203 MiB above the idle process against 150); it stays
-    on one device unless its call takes SPLIT_SEGMENTED_SECONDS or more, and then its split
+    on one device unless its call does SPLIT_SEGMENTED_FLOPS or more, and then its split
     is compiled whole (`split_whole`: unless segments were asked for), which ran faster than
     its segments split, for more memory (see there).
     `placement` says what was chosen, and why; `placement_seconds` holds the fastest call's
@@ -126,14 +130,10 @@ def _faster_placement(place: Callable[..., JaxExecutable], split_whole: bool) ->
     if why:
         one.placement = f"one device: {why}"
         return one
-    if one.segmented:
-        release_freed_heap()  # what compiling freed, before a call maps its temporaries
-        timer = one.call_timer()
-        seconds = min(timer() for _ in range(2))  # the first call maps pages
-        if seconds < SPLIT_SEGMENTED_SECONDS:
-            one.placement = (f"one device: it is segmented, and a call of {1e3 * seconds:.1f} "
-                             "ms is too short for a split to pay")  # fmt: skip
-            return one
+    if one.segmented and (flops := one.call_flops()) < SPLIT_SEGMENTED_FLOPS:
+        one.placement = (f"one device: it is segmented, and a call of {flops / 1e9:.2f} GFLOP "
+                         "is too little work for a split to pay")  # fmt: skip
+        return one
     too_large = _beyond_thread_heap(one.call_temporaries() / count)  # a device's, at least
     if too_large:
         one.placement = f"one device: {too_large}"

@@ -42,6 +42,7 @@ from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
 from rlsys.compiler.lower.data_parallel import Split, plan_split
+from rlsys.compiler.lower.hlo_work import matmul_flops
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
@@ -443,6 +444,16 @@ class JaxExecutable:
         if self.staged:
             return self._largest_segment_temporaries()
         return max((temporaries(c) for c in self._calls.values()), default=0)
+
+    def call_flops(self) -> float:
+        """Floating-point operations of a call's matrix products (`hlo_work.py`), counted in
+        the compiled segments of a segmented program: what a split could share out, the
+        same on every machine (`compile(devices="auto")`)."""
+        if not self.staged:
+            raise RecurrenceError("internal: call_flops() counts a segmented program's")
+        parts = [self._staged_loop.body] if self._staged_loop else self._staged_parts
+        return sum(matmul_flops(segment.compiled.as_text()) for part in parts
+                   for segment in part.segments())  # fmt: skip
 
     def call_timer(self) -> Callable[[], float]:
         """A function that runs one jitted call of iterations from the initial state (inputs
