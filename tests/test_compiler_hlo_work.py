@@ -39,3 +39,42 @@ def test_a_conditional_counts_its_costliest_branch() -> None:
 def test_a_program_without_products_counts_none() -> None:
     assert _flops(lambda x: jnp.tanh(x).sum(), X) == 0.0
     assert matmul_flops("not HLO") == 0.0
+
+
+HLO = """HloModule m
+
+%product (p0: f32[8,4], p1: f32[4,2]) -> f32[8,2] {
+  %p0 = f32[8,4]{1,0} parameter(0)
+  %p1 = f32[4,2]{1,0} parameter(1)
+  ROOT %d = f32[8,2]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%body (t: (f32[8,4], f32[4,2])) -> (f32[8,4], f32[4,2]) {
+  %t = (f32[8,4]{1,0}, f32[4,2]{1,0}) parameter(0)
+  %x = f32[8,4]{1,0} get-tuple-element(%t), index=0
+  %w = f32[4,2]{1,0} get-tuple-element(%t), index=1
+  %c = f32[8,2]{1,0} call(%x, %w), to_apply=%product
+  ROOT %r = (f32[8,4]{1,0}, f32[4,2]{1,0}) tuple(%x, %w)
+}
+
+ENTRY %main (x0: f32[8,4], w0: f32[4,2]) -> f32[] {
+  %x0 = f32[8,4]{1,0} parameter(0)
+  %w0 = f32[4,2]{1,0} parameter(1)
+  %init = (f32[8,4]{1,0}, f32[4,2]{1,0}) tuple(%x0, %w0)
+  %loop = (f32[8,4]{1,0}, f32[4,2]{1,0}) while(%init), condition=%body, body=%body
+  %zero = f32[] constant(0)
+  ROOT %sum = f32[] reduce(%x0, %zero), dimensions={0,1}, to_apply=%add
+}
+"""
+
+
+def test_calls_count_and_a_loop_without_a_trip_count_counts_once() -> None:
+    assert matmul_flops(HLO) == 2 * 8 * 2 * 4  # the product, called once in the loop body
+    known = HLO.replace("body=%body", 'body=%body, backend_config={"known_trip_count":{"n":"5"}}')
+    assert matmul_flops(known) == 5 * 2 * 8 * 2 * 4

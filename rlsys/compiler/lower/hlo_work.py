@@ -4,9 +4,10 @@ loops counted as many times as they run.
 XLA's own cost analysis (`compiled.cost_analysis()`) counts a while loop's body once: a
 100-step `lax.scan` of a 256x64 by 64x64 product reads 2.1 MFLOP, not 210. This walks the
 optimized HLO text instead: a computation's products, plus those of the computations it
-calls (fusions, calls), plus each while body times its known trip count (XLA records it on
-the loop; a loop without one counts once), plus the costliest branch of a conditional.
-Products are most of an RL iteration's arithmetic; elementwise work is not counted.
+calls (fusions, calls; not a reduction's or a sort's own small computations), plus each
+while body times its known trip count (XLA records it on the loop; a loop without one
+counts once), plus the costliest branch of a conditional. Products are most of an RL
+iteration's arithmetic; elementwise work is not counted.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import re
 _HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = (.*)$")
 _SHAPE = re.compile(r"^\w+\[([\d,]*)\]")
-_DOT_LHS = re.compile(r"\bdot\((?:\w+\[[\d,]*\]\S* )?%([\w.\-]+)")
+_DOT_LHS = re.compile(r"^\w+\[[\d,]*\]\S* dot\((?:\w+\[[\d,]*\]\S* )?%([\w.\-]+)")
 _LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
-_CALLS = re.compile(r"\bcalls=%([\w.\-]+)")
+_CALLS = re.compile(r"\bcalls=%([\w.\-]+)|^\S+ call\(.*\bto_apply=%([\w.\-]+)")
 _WHILE_BODY = re.compile(r"\bwhile\(.*\bbody=%([\w.\-]+)")
 _TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
 _BRANCHES = re.compile(r"\bbranch_computations=\{([^}]*)\}")
@@ -76,8 +77,8 @@ def matmul_flops(hlo_text: str) -> float:
             if body := _WHILE_BODY.search(instruction):
                 trips = _TRIPS.search(instruction)
                 total += (int(trips.group(1)) if trips else 1) * flops(body.group(1))
-            elif called := _CALLS.search(instruction):
-                total += flops(called.group(1))
+            elif called := _CALLS.search(instruction):  # a fusion, or a call
+                total += flops(called.group(1) or called.group(2))
             elif branches := _BRANCHES.search(instruction):
                 names = [b.strip().lstrip("%") for b in branches.group(1).split(",")]
                 total += max((flops(b) for b in names if b), default=0.0)
