@@ -41,28 +41,21 @@ from pathlib import Path
 
 import jax
 
+from rlsys.compiler.lower.hlo_work import computations, while_loop
+
 TRACE_FLAG = "--xla_cpu_enable_xprof_traceme=true"
 SWEEP_BASE = {"envs": 256, "episode": 250, "width": 64, "layers": 2}  # scaling_sweep's BASE
-
-_HEADER = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) ")
-_INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = (.*)$")
-_WHILE = re.compile(r"while\(.*body=%([\w.\-]+)")
-_TRIPS = re.compile(r'known_trip_count":\{"n":"(\d+)"')
 
 
 def parse_hlo(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     """(instruction -> its computation, instruction -> its text, loop body -> a label)."""
     owner, body, labels = {}, {}, {}
-    computation = None
-    for line in text.splitlines():
-        if line and not line[0].isspace() and line.rstrip().endswith("{") and "->" in line:
-            computation = _HEADER.match(line).group(1)
-        elif computation and (match := _INSTRUCTION.match(line)):
-            owner[match.group(1)], body[match.group(1)] = computation, match.group(2)
-            if loop := _WHILE.search(match.group(2)):
-                trips = _TRIPS.search(match.group(2))
-                count = trips.group(1) if trips else "?"
-                labels[loop.group(1)] = f"while body ({count} trips per call)"
+    for computation, instructions in computations(text)[0].items():
+        for name, instruction in instructions:
+            owner[name], body[name] = computation, instruction
+            if loop := while_loop(instruction):
+                trips = "?" if loop[1] is None else loop[1]
+                labels[loop[0]] = f"while body ({trips} trips per call)"
     return owner, body, labels
 
 
@@ -164,7 +157,7 @@ def main() -> None:
         if name not in owner:  # the executor's own spans, not thunks
             continue
         tables = [(per_thunk, name)]
-        if not _WHILE.search(body[name]):  # a loop's own span holds its body's thunks
+        if not while_loop(body[name]):  # a loop's own span holds its body's thunks
             tables.append((per_computation, owner[name]))
         for table, key in tables:
             table[key][0] += 1

@@ -8,6 +8,8 @@ calls (fusions, calls; not a reduction's or a sort's own small computations), pl
 while body times its known trip count (XLA records it on the loop; a loop without one
 counts once), plus the costliest branch of a conditional. Products are most of an RL
 iteration's arithmetic; elementwise work is not counted.
+`computations` and `while_loop` also serve `benchmarks/xla_breakdown.py`, which maps a
+trace's thunks back to their loops.
 """
 
 from __future__ import annotations
@@ -43,11 +45,11 @@ def _dot_flops(instruction: str, shapes: dict[str, list[int]]) -> float:
     return 2.0 * math.prod(out) * contracted
 
 
-def _computations(text: str) -> tuple[dict[str, list[str]], dict[str, list[int]], str | None]:
-    """Instruction texts by computation name, array dimensions by instruction name (unique
-    in a module), and the entry computation's name."""
-    bodies: dict[str, list[str]] = {}
-    shapes: dict[str, list[int]] = {}
+def computations(text: str) -> tuple[dict[str, list[tuple[str, str]]], str | None]:
+    """The (instruction name, instruction text) pairs of each computation of an HLO module's
+    text, in order, and the entry computation's name (instruction names are unique in a
+    module)."""
+    bodies: dict[str, list[tuple[str, str]]] = {}
     entry, current = None, None
     for line in text.splitlines():
         if line and not line[0].isspace() and line.rstrip().endswith("{") and "->" in line:
@@ -58,25 +60,34 @@ def _computations(text: str) -> tuple[dict[str, list[str]], dict[str, list[int]]
                 if line.startswith("ENTRY"):
                     entry = current
         elif current is not None and (match := _INSTRUCTION.match(line)):
-            name, instruction = match.groups()
-            bodies[current].append(instruction)
-            if shape := _SHAPE.match(instruction):
-                shapes[name] = _dims(shape.group(1))
-    return bodies, shapes, entry
+            bodies[current].append(match.groups())
+    return bodies, entry
+
+
+def while_loop(instruction: str) -> tuple[str, int | None] | None:
+    """A while instruction's body computation and its known trip count (None where XLA
+    recorded none); None for any other instruction."""
+    if not (body := _WHILE_BODY.search(instruction)):
+        return None
+    trips = _TRIPS.search(instruction)
+    return body.group(1), int(trips.group(1)) if trips else None
 
 
 def matmul_flops(hlo_text: str) -> float:
     """Floating-point operations of the matrix products one run of the program performs."""
-    bodies, shapes, entry = _computations(hlo_text)
+    bodies, entry = computations(hlo_text)
+    shapes = {name: _dims(shape.group(1)) for instructions in bodies.values()
+              for name, instruction in instructions
+              if (shape := _SHAPE.match(instruction))}  # fmt: skip
 
     @functools.cache
     def flops(name: str) -> float:
         total = 0.0
-        for instruction in bodies.get(name, ()):
+        for _, instruction in bodies.get(name, ()):
             total += _dot_flops(instruction, shapes)
-            if body := _WHILE_BODY.search(instruction):
-                trips = _TRIPS.search(instruction)
-                total += (int(trips.group(1)) if trips else 1) * flops(body.group(1))
+            if loop := while_loop(instruction):
+                body, trips = loop
+                total += (trips or 1) * flops(body)
             elif called := _CALLS.search(instruction):  # a fusion, or a call
                 total += flops(called.group(1) or called.group(2))
             elif branches := _BRANCHES.search(instruction):
