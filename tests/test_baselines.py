@@ -185,6 +185,23 @@ def test_the_scaling_sweep_varies_one_factor_at_a_time_and_pivots_its_table():
     text = markdown(run, rows, command="rlsys bench run scaling_sweep", machine={})
     pivot = [line for line in text.splitlines() if line.startswith("| base |")]
     memory = " | ".join(["50 (300)"] * 4)
+    # the point's row, then its rates: 3.719 GFLOP over each time, and over cleanrl's / 5
     assert pivot == ["| base | 256 | 250 | 64 | 2 | 0.100 | 0.125 | 0.200 | 1.000 | 10.00× | "
-                     f"2.00× | 8.00× | 1.60× | {memory} | 2 | 1 |"]  # fmt: skip
+                     f"2.00× | 8.00× | 1.60× | {memory} | 2 | 1 |",
+                     "| base | 3.72 | 18.6 | 37.2 | 29.8 | 18.6 | 3.7 |"]  # fmt: skip
     assert "| layers=4 | 256 | 250 | 64 | 4 |" + " — |" * 14 in text.splitlines()
+    assert "| layers=4 | 10.01 |" + " — |" * 5 in text.splitlines()
+
+
+def test_the_sweeps_least_work_counts_every_product_an_iteration_needs_once():
+    case = load_case(ROOT / "benchmarks" / "cases", "scaling_sweep")
+    least_gflop = inspect.getmodule(case.systems[0].run).least_gflop
+    # One row, 16 observations, one hidden layer of 2, one output per network: a forward pass
+    # is 16*2 + 2*1 = 34 multiply-adds. Actor and critic forward 68, their weight gradients
+    # 68, their input gradients the output layer's only (2 each): 140, or 280 FLOP.
+    assert least_gflop({"envs": 1, "episode": 1, "width": 2, "layers": 1}) * 1e9 == 280
+    # A second hidden layer of 2 adds 2*2 = 4 multiply-adds to each network's forward pass,
+    # weight gradients and input gradients: 2 networks * 3 * 4, 2 FLOP each.
+    two = least_gflop({"envs": 1, "episode": 1, "width": 2, "layers": 2}) * 1e9
+    assert two == 280 + 2 * 2 * 3 * 4
+    assert least_gflop({"envs": 3, "episode": 5, "width": 2, "layers": 1}) * 1e9 == 15 * 280

@@ -28,7 +28,8 @@ Every run does WARM iterations, then TIMED iterations (1 + 2 with `--quick`). Re
 setting up), `idle_rss_mib` (the process's RSS right after its imports, before building),
 `peak_rss_mib` (its high-water RSS, `ru_maxrss`) and `above_idle_mib` (the difference: what
 the work itself costs). The case's own table (`sweep_table`) puts the four systems of each
-point on one row, with each rlsys variant's speed-up over each baseline.
+point on one row, with each rlsys variant's speed-up over each baseline, and a second the
+rate of matrix products each system's iteration time stands for (`least_gflop`).
 """
 
 from __future__ import annotations
@@ -142,7 +143,20 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
     )
 
 
-# -- the case's own table: one row per point ------------------------------------------------------
+def least_gflop(factors: dict[str, int]) -> float:
+    """The matrix-product work an iteration cannot avoid, in GFLOP: the actor's forward
+    products while acting, the critic's over the batch, and both networks' backward products
+    (every layer's weight gradient; every layer's input gradient but the first's), nothing
+    recomputed. Biases, activations, the optimizer and the env are left out. A system's
+    GFLOP/s over this is the rate its products would need if they were all it did."""
+    width, layers = factors["width"], factors["layers"]
+    per_net = OBS_SIZE * width + (layers - 1) * width**2 + width  # multiply-adds per row
+    input_grads = per_net - OBS_SIZE * width  # no gradient for the observations
+    per_row = 2 * per_net + 2 * (per_net + input_grads)  # both nets: forward, then backward
+    return 2 * per_row * factors["envs"] * factors["episode"] / 1e9  # 2 FLOP per multiply-add
+
+
+# -- the case's own tables: one row per point -----------------------------------------------------
 def sweep_table(rows: Sequence) -> str:
     """Markdown: per point, each system's seconds per iteration, each rlsys variant's speed-up
     over each baseline, memory above idle (peak RSS MiB in brackets), and the devices each
@@ -179,6 +193,25 @@ def sweep_table(rows: Sequence) -> str:
         cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
         cells += [fmt(r, "{:.2f}×") for r in ratios] + memory
         cells += [fmt(metric(ours, point, "devices"), "{:g}") for ours in OURS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + _rate_table(metric, fmt)
+
+
+def _rate_table(metric, fmt) -> str:
+    """Markdown: per point, `least_gflop` and the rate it takes at each system's seconds per
+    iteration, and at a fifth of the CleanRL-style's (what the 5× goal asks); compare the
+    last with the machine's product rates in the `weight_grad_dots` case."""
+    header = ["point", "least GFLOP", "GFLOP/s for 5× cleanrl"]
+    header += [f"{impl} GFLOP/s" for impl in IMPLS]
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    for point, factors in grid().items():
+        gflop = least_gflop(factors)
+        rates = {impl: None if (t := metric(impl, point, "iter_s")) is None else gflop / t
+                 for impl in IMPLS}  # fmt: skip
+        goal = None if rates["cleanrl"] is None else 5 * rates["cleanrl"]
+        cells = [point, f"{gflop:.2f}", fmt(goal, "{:.1f}")]
+        cells += [fmt(rates[impl], "{:.1f}") for impl in IMPLS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

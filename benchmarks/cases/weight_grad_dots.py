@@ -6,8 +6,8 @@ Xᵀ·dY contracted over the batch rows, is much slower in XLA:CPU than the forw
 X·W of the same size. XLA hands a dot to YNNPACK only when the left operand's contracted
 dimension is its last one, which Xᵀ·dY's never is, and runs it in its own (Eigen) kernel.
 
-Each system times one product at 256 rows (a PPO minibatch) or 64,000 rows (the scaling
-sweep's batch), 64 inputs, 64 outputs, with float32 data:
+Each system times one float32 product at 256 rows (a PPO minibatch) or 64,000 rows (the
+scaling sweep's batch), 64 inputs and 64 outputs:
 
 * `xla-forward-N`: X·W, jitted (YNNPACK);
 * `xla-wgrad-N`: Xᵀ·dY as `jax.grad` emits it (lhs contracting dimension 0);
@@ -18,10 +18,18 @@ sweep's batch), 64 inputs, 64 outputs, with float32 data:
   gradient (one output): Xᵀ·dy as `jax.grad` emits it, the sum over chunks of rows that
   rlsys's matmul rule uses instead (`rlsys/compiler/rules/reduce.py`), and PyTorch's.
 
+The rest bound what any float32 implementation can reach on the machine (the roofline of
+the scaling sweep's 5× goal, its table's column "GFLOP/s for 5×"): `-64000x256` the sweep's
+width=256 layer (256 inputs, 256 outputs), `-2048x2048` a square product, the fastest shape
+for any library; `torch2-` PyTorch with both cores (2 threads). XLA:CPU uses every core.
+
 The XLA products run inside a `fori_loop` that scales an input every trip (X, or the
 one-output forms' narrow dy) so that nothing is hoisted, and the loop alone is timed and
 subtracted, so that dispatch does not count; the torch ones are called from Python,
-whose call costs about 2 µs each. Reported: `us_per_product` (median of 7 rounds).
+whose call costs about 2 µs each. The products of those wider shapes (8 GFLOP or more)
+are called one by one in XLA too: there the loop's scaled input fuses into YNNPACK's
+product, and the square one ran at a quarter of its speed so. Reported: `us_per_product`
+(median of 7 rounds).
 """
 
 from __future__ import annotations
@@ -29,22 +37,25 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from rlsys.bench import Case, System, child_main, report
 
-INPUTS = OUTPUTS = 64
+WIDTH = 64  # inputs and outputs of the layer, unless a system names another
 ROUNDS = 7
 FORMS = [("xla", "forward"), ("xla", "wgrad"), ("xla", "pretransposed"),
          ("torch", "forward"), ("torch", "wgrad")]  # fmt: skip
 ONE_OUTPUT_FORMS = [("xla", "wgrad1"), ("xla", "chunked1"), ("torch", "wgrad1")]
+CEILING_IMPLS = ("xla", "torch", "torch2")
+CEILING_SHAPES = [(64_000, 256), (2048, 2048)]  # (rows, width)
 
 
-def _data(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _data(rows: int, width: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
-    x = rng.random((rows, INPUTS), dtype=np.float32)
-    dy = rng.random((rows, OUTPUTS), dtype=np.float32)
+    x = rng.random((rows, width), dtype=np.float32)
+    dy = rng.random((rows, width), dtype=np.float32)
     return x, dy
 
 
@@ -54,13 +65,14 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
 
     from rlsys.compiler.rules.reduce import _chunked_rows_times
 
+    width = x.shape[1]
     products = {
-        "forward": lambda a, b: a @ b[:INPUTS].T,  # (N, 64)·(64, 64)
+        "forward": lambda a, b: a @ b[:width].T,  # (N, width)·(width, width)
         "wgrad": lambda a, b: a.T @ b,
         "pretransposed": lambda a, b: a @ b,  # a is Xᵀ, (64, N)
         "wgrad1": lambda a, b: a.T @ b,  # b is dy's first column
         "chunked1": _chunked_rows_times,
-        "none": lambda a, b: a[:INPUTS, : b.shape[1]] + b[:INPUTS],
+        "none": lambda a, b: a[:width, : b.shape[1]] + b[:width],
     }
     a = np.ascontiguousarray(x.T) if form == "pretransposed" else x
     one_output = form.endswith("1")
@@ -70,6 +82,10 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
         got = np.asarray(jax.jit(products[form])(a, dy))
         expected = x.T.astype(np.float64) @ dy
         np.testing.assert_allclose(got, expected, rtol=1e-4)
+
+    if width > WIDTH:  # 8 GFLOP or more a product: a call's dispatch (µs) does not count
+        product = jax.jit(products[form]).lower(a, dy).compile()
+        return _called_seconds(lambda: product(a, dy).block_until_ready(), reps)
 
     def timed(product):
         def loop(a, b):
@@ -94,14 +110,8 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
     return [t - loop_only for t in timed(products[form])]
 
 
-def _torch_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[float]:
-    import torch
-
-    torch.set_num_threads(1)
-    a, b = torch.from_numpy(x), torch.from_numpy(dy)
-    w = b[:INPUTS].T.contiguous()
-    b = b[:, :1].contiguous() if form == "wgrad1" else b
-    product = (lambda: a @ w) if form == "forward" else (lambda: a.T @ b)
+def _called_seconds(product: Callable[[], object], reps: int) -> list[float]:
+    """Seconds per call of `product` (done when it returns), per round: once, then timed."""
     product()
     times = []
     for _ in range(ROUNDS):
@@ -112,12 +122,30 @@ def _torch_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[
     return times
 
 
-def run(*, quick: bool, seed: int, impl: str, form: str, rows: int) -> None:
-    x, dy = _data(rows, seed)
-    reps = (20 if quick else 200) if rows < 10_000 else (2 if quick else 10)
-    measure = _xla_seconds if impl == "xla" else _torch_seconds
-    seconds = statistics.median(measure(form, x, dy, reps))
-    flops = 2 * rows * INPUTS * (1 if form.endswith("1") else OUTPUTS)
+def _torch_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int,
+                   threads: int) -> list[float]:  # fmt: skip
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.from_numpy(x), torch.from_numpy(dy)
+    w = b[: x.shape[1]].T.contiguous()
+    b = b[:, :1].contiguous() if form == "wgrad1" else b
+    product = (lambda: a @ w) if form == "forward" else (lambda: a.T @ b)
+    return _called_seconds(product, reps)
+
+
+def run(*, quick: bool, seed: int, impl: str, form: str, rows: int, width: int = WIDTH) -> None:
+    x, dy = _data(rows, width, seed)
+    if width > WIDTH:  # a product of 8 GFLOP or more: about 0.1 s
+        reps = 1 if quick else 3
+    else:
+        reps = (20 if quick else 200) if rows < 10_000 else (2 if quick else 10)
+    if impl == "xla":
+        times = _xla_seconds(form, x, dy, reps)
+    else:
+        times = _torch_seconds(form, x, dy, reps, threads=2 if impl == "torch2" else 1)
+    seconds = statistics.median(times)
+    flops = 2 * rows * width * (1 if form.endswith("1") else width)
     report(env_steps=flops, seconds=seconds, us_per_product=seconds * 1e6)
 
 
@@ -125,12 +153,13 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def _system(impl: str, form: str, rows: int) -> System:
+def _system(impl: str, form: str, rows: int, width: int = WIDTH) -> System:
     labels = {"forward": "X·W", "wgrad": "Xᵀ·dY", "pretransposed": "Xᵀ·dY with Xᵀ laid out",
               "wgrad1": "Xᵀ·dy, one output", "chunked1": "Xᵀ·dy, one output, chunked"}  # fmt: skip
-    return System(f"{impl}-{form}-{rows}", run=run,
-                  params={"impl": impl, "form": form, "rows": rows},
-                  description=f"{labels[form]}, {rows} rows, {impl}",
+    shape = f"{rows}" if width == WIDTH else f"{rows}x{width}"
+    return System(f"{impl}-{form}-{shape}", run=run,
+                  params={"impl": impl, "form": form, "rows": rows, "width": width},
+                  description=f"{labels[form]}, {rows} rows of {width}, {impl}",
                   available=None if impl == "xla" else _has_torch)  # fmt: skip
 
 
@@ -139,13 +168,21 @@ CASE = Case(
     description=(
         "One dense layer's forward product X·W and weight gradient Xᵀ·dY (64 inputs, 64 "
         "outputs) at 256 and 64,000 rows, and a one-output layer's Xᵀ·dy at 64,000: XLA:CPU "
-        "(jitted, in a loop) vs PyTorch with 1 thread. Compare rows and outputs of the same "
-        "size; the FLOP/s column is the product's rate."
+        "(jitted, in a loop) vs PyTorch with 1 thread (torch2: 2 threads). Then the machine's "
+        "ceiling: the sweep's width=256 layer (64000x256) and a square 2048x2048 product. "
+        "Compare rows and outputs of the same size; the FLOP/s column is the product's rate."
     ),
     baseline="torch-wgrad-64000",
     unit="FLOP",
     systems=[_system(impl, form, rows) for rows in (256, 64_000) for impl, form in FORMS]
-    + [_system(impl, form, 64_000) for impl, form in ONE_OUTPUT_FORMS],
+    + [_system(impl, form, 64_000) for impl, form in ONE_OUTPUT_FORMS]
+    + [_system("torch2", form, 64_000) for form in ("forward", "wgrad")]
+    + [
+        _system(impl, form, rows, width)
+        for rows, width in CEILING_SHAPES
+        for form in ("forward", "wgrad")[: 1 if rows == width else 2]  # square: Xᵀ·dY alike
+        for impl in CEILING_IMPLS
+    ],
 )
 
 if __name__ == "__main__":
