@@ -143,17 +143,25 @@ def run(*, quick: bool, seed: int, impl: str, point: str) -> None:
     )
 
 
-def least_gflop(factors: dict[str, int]) -> float:
-    """The matrix-product work an iteration cannot avoid, in GFLOP: the actor's forward
-    products while acting, the critic's over the batch, and both networks' backward products
-    (every layer's weight gradient; every layer's input gradient but the first's), nothing
-    recomputed. Biases, activations, the optimizer and the env are left out. A system's
-    GFLOP/s over this is the rate its products would need if they were all it did."""
+def least_products(factors: dict[str, int]) -> dict[str, float]:
+    """The matrix-product work an iteration cannot avoid, in GFLOP, by kind: `forward`, the
+    products that contract a layer's inputs (the actor's forward products while acting, the
+    critic's over the batch, both networks' input gradients dY·Wᵀ but the first layer's) and
+    `weight_grad`, those that contract the batch's rows (every layer's Xᵀ·dY). Nothing is
+    recomputed; biases, activations, the optimizer and the env are left out."""
     width, layers = factors["width"], factors["layers"]
     per_net = OBS_SIZE * width + (layers - 1) * width**2 + width  # multiply-adds per row
     input_grads = per_net - OBS_SIZE * width  # no gradient for the observations
-    per_row = 2 * per_net + 2 * (per_net + input_grads)  # both nets: forward, then backward
-    return 2 * per_row * factors["envs"] * factors["episode"] / 1e9  # 2 FLOP per multiply-add
+    gflop_per_row = 2 * 2 / 1e9  # both networks; 2 FLOP per multiply-add
+    rows = factors["envs"] * factors["episode"]
+    return {"forward": gflop_per_row * rows * (per_net + input_grads),
+            "weight_grad": gflop_per_row * rows * per_net}  # fmt: skip
+
+
+def least_gflop(factors: dict[str, int]) -> float:
+    """All of `least_products`: a system's GFLOP/s over this is the rate its products would
+    need if they were all it did."""
+    return sum(least_products(factors).values())
 
 
 # -- the case's own tables: one row per point -----------------------------------------------------

@@ -28,8 +28,10 @@ one-output forms' narrow dy) so that nothing is hoisted, and the loop alone is t
 subtracted, so that dispatch does not count; the torch ones are called from Python,
 whose call costs about 2 µs each. The products of those wider shapes (8 GFLOP or more)
 are called one by one in XLA too: there the loop's scaled input fuses into YNNPACK's
-product, and the square one ran at a quarter of its speed so. Reported: `us_per_product`
-(median of 7 rounds).
+product, and the square one ran at a quarter of its speed so. Freed memory stays mapped
+(`keep_freed_buffers`, as rlsys runs): otherwise a 65 MB output is mapped afresh page by page
+at every call, which took XLA's 64000x256 forward product from 171 to 75 GFLOP/s. Reported:
+`us_per_product` (median of 7 rounds).
 """
 
 from __future__ import annotations
@@ -135,6 +137,11 @@ def _torch_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int,
 
 
 def run(*, quick: bool, seed: int, impl: str, form: str, rows: int, width: int = WIDTH) -> None:
+    from rlsys.compiler.heap import keep_freed_buffers
+
+    # A product's output (65 MB at 64000x256) would be mapped afresh, page by page, at every
+    # call: for either library, time the product as an iteration reuses its buffers.
+    keep_freed_buffers()
     x, dy = _data(rows, width, seed)
     if width > WIDTH:  # a product of 8 GFLOP or more: about 0.1 s
         reps = 1 if quick else 3
