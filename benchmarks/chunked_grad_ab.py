@@ -6,7 +6,8 @@ process.
 
 Each variant is built and compiled once (`rlsys/compiler/lower/chunked_grad.py`'s chunk size
 set to the variant's, its other limits lifted, so that every variant but "whole" chunks);
-then the variants run in turn, 6 iterations each, `--rounds` times. Printed per variant: the
+then the variants run in turn, 6 iterations each, `--rounds` times, the order reversed every
+round (`compare`). Printed per variant: the
 median over rounds of its median seconds per iteration (iterations 2 to 6), and the best.
 One process and alternating rounds, because this machine's speed drifts by tens of percent
 between processes a minute apart.
@@ -24,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys and benchmarks
 
 import jax
+import numpy as np
 
 from benchmarks.cases.scaling_sweep import OBS_SIZE, grid
 from rlsys.algos.a2c import build_a2c
@@ -67,6 +69,25 @@ def iteration_seconds(exe) -> list[float]:
     return [b - a for a, b in itertools.pairwise(stamps)]
 
 
+def compare(point: str, programs: dict, rounds: int, reference: str | None = None) -> None:
+    """Run `programs` in turn, ITERATIONS iterations each, `rounds` times, the order reversed
+    every round; print each one's median over rounds of its median seconds per iteration
+    (iterations 2 to 6), its best, and how far its losses are from `reference`'s, if given."""
+    losses = {name: np.asarray(exe.run()["loss"]) for name, exe in programs.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in programs}
+    for round_ in range(rounds):
+        for name in list(programs)[:: 1 if round_ % 2 == 0 else -1]:
+            seconds[name].append(statistics.median(iteration_seconds(programs[name])))
+    width = max(map(len, programs))
+    for name, values in seconds.items():
+        line = (f"{point} {name:>{width}}: {statistics.median(values) * 1e3:7.1f} ms per "
+                f"iteration (best {min(values) * 1e3:.1f}), {rounds} rounds")  # fmt: skip
+        if reference is not None:
+            apart = np.max(np.abs(losses[name] / losses[reference] - 1))
+            line += f"; losses within {apart:.1e} of {reference}'s"
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("point", choices=tuple(grid()))
@@ -77,13 +98,7 @@ def main() -> None:
     point = grid()[args.point]
     sizes = {"whole": None, **{f"{mib:g}MiB": int(mib * 2**20) for mib in args.chunk_mib}}
     programs = {name: compile_variant(point, size) for name, size in sizes.items()}
-    seconds: dict[str, list[float]] = {name: [] for name in programs}
-    for _ in range(args.rounds):
-        for name, exe in programs.items():
-            seconds[name].append(statistics.median(iteration_seconds(exe)))
-    for name, values in seconds.items():
-        print(f"{args.point} {name:>8}: {statistics.median(values) * 1e3:7.1f} ms per iteration "
-              f"(best {min(values) * 1e3:.1f}), {args.rounds} rounds")  # fmt: skip
+    compare(args.point, programs, args.rounds)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
     python benchmarks/reuse_ab.py layers=4 --min-width 1     # reuse at 64 wide too
 
 Both variants are compiled once (`reuse.MIN_WIDTH` set to the variant's: `--min-width`, 129
-by default, or never), then run in turn, 6 iterations each, `--rounds` times. Printed per
+by default, or never), then run in turn, 6 iterations each, `--rounds` times, the order
+reversed every round. Printed per
 variant: the median over rounds of its median seconds per iteration (iterations 2 to 6), the
 best, and how far its losses are from the recomputing variant's.
 """
@@ -13,16 +14,13 @@ best, and how far its losses are from the recomputing variant's.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys and benchmarks
 
-import numpy as np
-
 from benchmarks.cases.scaling_sweep import grid
-from benchmarks.chunked_grad_ab import compile_point, iteration_seconds
+from benchmarks.chunked_grad_ab import compare, compile_point
 from rlsys.compiler.lower import reuse
 
 NEVER = 1 << 30  # no activation is this wide: every one is recomputed
@@ -47,16 +45,7 @@ def main() -> None:
     point = grid()[args.point]
     widths = {"reuse": args.min_width, "recompute": NEVER}
     programs = {name: compile_variant(point, width) for name, width in widths.items()}
-    seconds: dict[str, list[float]] = {name: [] for name in programs}
-    losses = {name: np.asarray(exe.run()["loss"]) for name, exe in programs.items()}
-    for _ in range(args.rounds):
-        for name, exe in programs.items():
-            seconds[name].append(statistics.median(iteration_seconds(exe)))
-    for name, values in seconds.items():
-        apart = np.max(np.abs(losses[name] / losses["recompute"] - 1))
-        print(f"{args.point} {name:>9}: {statistics.median(values) * 1e3:7.1f} ms per iteration "
-              f"(best {min(values) * 1e3:.1f}), {args.rounds} rounds; losses within "
-              f"{apart:.1e} of recompute's")  # fmt: skip
+    compare(args.point, programs, args.rounds, reference="recompute")
 
 
 if __name__ == "__main__":

@@ -14,16 +14,13 @@ round. Printed per variant: the median over rounds of its median seconds per ite
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rlsys and benchmarks
 
-import numpy as np
-
 from benchmarks.cases.scaling_sweep import grid
-from benchmarks.chunked_grad_ab import compile_point, iteration_seconds
+from benchmarks.chunked_grad_ab import compare, compile_point
 from rlsys.compiler import use_cpu_devices
 from rlsys.compiler.rules import reduce
 
@@ -48,16 +45,7 @@ def main() -> None:
     point = grid()[args.point]
     programs = {name: compile_variant(point, name == "blocked", args.devices, args.segmented)
                 for name in ("blocked", "dot")}  # fmt: skip
-    losses = {name: np.asarray(exe.run()["loss"]) for name, exe in programs.items()}
-    seconds: dict[str, list[float]] = {name: [] for name in programs}
-    for round_ in range(args.rounds):
-        for name in list(programs)[:: 1 if round_ % 2 == 0 else -1]:
-            seconds[name].append(statistics.median(iteration_seconds(programs[name])))
-    for name, values in seconds.items():
-        apart = np.max(np.abs(losses[name] / losses["dot"] - 1))
-        print(f"{args.point} {name:>7}: {statistics.median(values) * 1e3:7.1f} ms per iteration "
-              f"(best {min(values) * 1e3:.1f}), {args.rounds} rounds; losses within "
-              f"{apart:.1e} of the dot's")  # fmt: skip
+    compare(args.point, programs, args.rounds, reference="dot")
 
 
 if __name__ == "__main__":
