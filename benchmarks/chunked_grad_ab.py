@@ -7,8 +7,8 @@ process.
 Each variant is built and compiled once (`rlsys/compiler/lower/chunked_grad.py`'s chunk size
 set to the variant's, its other limits lifted, so that every variant but "whole" chunks);
 then the variants run in turn, 6 iterations each, `--rounds` times, the order reversed every
-round (`compare`). Printed per variant: the
-median over rounds of its median seconds per iteration (iterations 2 to 6), and the best.
+round (`compare`). Printed per variant: the median over rounds of its median seconds per
+iteration (iterations 2 to 6), and the best.
 One process and alternating rounds, because this machine's speed drifts by tens of percent
 between processes a minute apart.
 """

@@ -6,9 +6,9 @@
 
 Both variants are compiled once (`reuse.MIN_WIDTH` set to the variant's: `--min-width`, 129
 by default, or never), then run in turn, 6 iterations each, `--rounds` times, the order
-reversed every round. Printed per
-variant: the median over rounds of its median seconds per iteration (iterations 2 to 6), the
-best, and how far its losses are from the recomputing variant's.
+reversed every round. Printed per variant: the median over rounds of its median seconds per
+iteration (iterations 2 to 6), the best, and how far its losses are from the recomputing
+variant's.
 """
 
 from __future__ import annotations

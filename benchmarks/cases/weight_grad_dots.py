@@ -18,10 +18,11 @@ scaling sweep's batch), 64 inputs and 64 outputs:
   gradient (one output): Xᵀ·dy as `jax.grad` emits it, the sum over chunks of rows that
   rlsys's matmul rule uses instead (`rlsys/compiler/rules/reduce.py`), and PyTorch's.
 
-The rest bound what any float32 implementation can reach on the machine (the roofline of
-the scaling sweep's 5× goal, its table's column "GFLOP/s for 5×"): `-64000x256` the sweep's
-width=256 layer (256 inputs, 256 outputs), `-2048x2048` a square product, the fastest shape
-for any library; `torch2-` PyTorch with both cores (2 threads). XLA:CPU uses every core.
+The rest measure what the machine's libraries reach at the sweep's shapes and at their
+best, for the roofline of the scaling sweep's 5× goal (`benchmarks/roofline.py`):
+`-64000x256` the sweep's width=256 layer (256 inputs, 256 outputs), `-2048x2048` a square
+product, the fastest shape for any library; `torch2-` PyTorch with both cores (2 threads).
+XLA:CPU uses every core.
 
 The XLA products run inside a `fori_loop` that scales an input every trip (X, or the
 one-output forms' narrow dy) so that nothing is hoisted, and the loop alone is timed and
