@@ -14,7 +14,9 @@ writes DIR/scaling_sweep.json) with the CleanRL-style at each point; PRODUCTS_JS
   (the fastest system of PRODUCTS_JSON: a square 2048x2048 product, on every core);
 * how long they take at the rates each library measured for the layer's own shape (width
   64 or 256, 64,000 rows; forward X·W, weight gradient Xᵀ·dY): XLA:CPU's on every core
-  (`xla`), PyTorch's on one core (`torch`) and on two (`torch2`);
+  (`xla`), rlsys's (`rlsys`: XLA's, but the weight gradient as rlsys's matmul rule takes it,
+  `xla-blocked-`, where that system was measured), PyTorch's on one core (`torch`) and on
+  two (`torch2`);
 * rlsys's (`auto`) seconds per iteration, where the sweep ran it.
 
 Where the products alone take longer than the budget, an implementation running them at
@@ -34,7 +36,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LIBRARIES = ("xla", "torch", "torch2")
+LIBRARIES = ("xla", "rlsys", "torch", "torch2")
 
 
 def medians(path: Path, key: str) -> dict[str, float]:
@@ -54,7 +56,11 @@ def product_seconds(work: dict[str, float], width: int, rates: dict[str, float],
     shape = "64000" if abs(width - 64) <= abs(width - 256) else "64000x256"
     seconds = 0.0
     for kind, system_kind in (("forward", "forward"), ("weight_grad", "wgrad")):
-        rate = rates.get(f"{library}-{system_kind}-{shape}")
+        if library == "rlsys":  # XLA's products, with the blocked weight gradient if measured
+            blocked = rates.get(f"xla-blocked-{shape}") if kind == "weight_grad" else None
+            rate = blocked or rates.get(f"xla-{system_kind}-{shape}")
+        else:
+            rate = rates.get(f"{library}-{system_kind}-{shape}")
         if rate is None:
             return None
         seconds += work[kind] * 1e9 / rate

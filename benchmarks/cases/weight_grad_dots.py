@@ -16,7 +16,9 @@ scaling sweep's batch), 64 inputs and 64 outputs:
 * `torch-forward-N`, `torch-wgrad-N`: the same two products in PyTorch with 1 thread;
 * `xla-wgrad1-64000`, `xla-chunked1-64000`, `torch-wgrad1-64000`: a value head's weight
   gradient (one output): Xᵀ·dy as `jax.grad` emits it, the sum over chunks of rows that
-  rlsys's matmul rule uses instead (`rlsys/compiler/rules/reduce.py`), and PyTorch's.
+  rlsys's matmul rule uses instead (`rlsys/compiler/rules/reduce.py`), and PyTorch's;
+* `xla-blocked-64000`: Xᵀ·dY as rlsys's matmul rule takes it on CPU for such a layer, a
+  sum over blocks of rows, each block transposed into a copy (`_blocked_rows_times`).
 
 The rest measure what the machine's libraries reach at the sweep's shapes and at their
 best, for the roofline of the scaling sweep's 5× goal (`benchmarks/roofline.py`):
@@ -66,7 +68,7 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
     import jax
     import jax.numpy as jnp
 
-    from rlsys.compiler.rules.reduce import _chunked_rows_times
+    from rlsys.compiler.rules.reduce import _blocked_rows_times, _chunked_rows_times
 
     width = x.shape[1]
     products = {
@@ -75,6 +77,7 @@ def _xla_seconds(form: str, x: np.ndarray, dy: np.ndarray, reps: int) -> list[fl
         "pretransposed": lambda a, b: a @ b,  # a is Xᵀ, (64, N)
         "wgrad1": lambda a, b: a.T @ b,  # b is dy's first column
         "chunked1": _chunked_rows_times,
+        "blocked": _blocked_rows_times,
         "none": lambda a, b: a[:width, : b.shape[1]] + b[:width],
     }
     a = np.ascontiguousarray(x.T) if form == "pretransposed" else x
@@ -163,7 +166,8 @@ def _has_torch() -> bool:
 
 def _system(impl: str, form: str, rows: int, width: int = WIDTH) -> System:
     labels = {"forward": "X·W", "wgrad": "Xᵀ·dY", "pretransposed": "Xᵀ·dY with Xᵀ laid out",
-              "wgrad1": "Xᵀ·dy, one output", "chunked1": "Xᵀ·dy, one output, chunked"}  # fmt: skip
+              "wgrad1": "Xᵀ·dy, one output", "chunked1": "Xᵀ·dy, one output, chunked",
+              "blocked": "Xᵀ·dY summed over blocks of rows"}  # fmt: skip
     shape = f"{rows}" if width == WIDTH else f"{rows}x{width}"
     return System(f"{impl}-{form}-{shape}", run=run,
                   params={"impl": impl, "form": form, "rows": rows, "width": width},
@@ -184,6 +188,7 @@ CASE = Case(
     unit="FLOP",
     systems=[_system(impl, form, rows) for rows in (256, 64_000) for impl, form in FORMS]
     + [_system(impl, form, 64_000) for impl, form in ONE_OUTPUT_FORMS]
+    + [_system("xla", "blocked", 64_000)]
     + [_system("torch2", form, 64_000) for form in ("forward", "wgrad")]
     + [
         _system(impl, form, rows, width)
