@@ -336,3 +336,14 @@ def test_broken_results_file_is_refused_before_anything_runs(
     assert main([*argv, "--results-md", str(results_md), "--out", str(tmp_path / "out")]) == 2
     assert "broken or repeated" in capsys.readouterr().err
     assert not (cases_dir.parent / "order.log").exists()  # no child was started
+
+
+def test_the_results_file_holds_each_case_section_once_so_a_run_can_replace_it():
+    # A section pasted in with its own markers repeats them, and the next
+    # `--results-md benchmarks/RESULTS.md` would refuse the file.
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    text = (benchmarks / "RESULTS.md").read_text()
+    for name in case_names(benchmarks / "cases"):
+        begin, end = markers(name)
+        assert text.count(begin) == text.count(end) <= 1, name
+        replace_section(text, name, "a new table")  # raises on broken markers
