@@ -73,7 +73,8 @@ def compare(point: str, programs: dict, rounds: int, reference: str | None = Non
     """Run `programs` in turn, ITERATIONS iterations each, `rounds` times, the order reversed
     every round; print each one's median over rounds of its median seconds per iteration
     (iterations 2 to 6), its best, and how far its losses are from `reference`'s, if given."""
-    losses = {name: np.asarray(exe.run()["loss"]) for name, exe in programs.items()}
+    losses = {} if reference is None else {
+        name: np.asarray(exe.run()["loss"]) for name, exe in programs.items()}  # fmt: skip
     seconds: dict[str, list[float]] = {name: [] for name in programs}
     for round_ in range(rounds):
         for name in list(programs)[:: 1 if round_ % 2 == 0 else -1]:

@@ -74,6 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))  # the case module, from this checkout
     from benchmarks.cases.scaling_sweep import grid, least_products
+    from rlsys.bench.table import markdown_table
 
     times, rates = medians(args.sweep, "iter_s"), medians(args.products, "rate")
     ms = lambda s: "—" if s is None else f"{1e3 * s:.1f}"  # noqa: E731
@@ -81,8 +82,7 @@ def main() -> None:
     best = max(rates.values())
     header += [f"products ms at {best / 1e9:.0f} GFLOP/s (best)"]
     header += [f"products ms at {library}" for library in LIBRARIES] + ["auto ms"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    rows = []
     for point, factors in grid().items():
         cleanrl = times.get(f"cleanrl@{point}")
         work = least_products(factors)
@@ -91,7 +91,8 @@ def main() -> None:
         cells.append(ms(sum(work.values()) * 1e9 / best))
         cells += [ms(product_seconds(work, factors["width"], rates, lib)) for lib in LIBRARIES]
         cells.append(ms(times.get(f"auto@{point}")))
-        print("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    print(markdown_table(header, rows))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlsys.bench import Case, System, child_main, report
+from rlsys.bench.table import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: `benchmarks.baselines` lives here
 OBS_SIZE = 16
@@ -183,8 +184,7 @@ def sweep_table(rows: Sequence) -> str:
     header += [f"{ours} vs {baseline}" for ours in OURS for baseline in BASELINES]
     header += [f"{impl} MiB above idle (peak)" for impl in IMPLS]
     header += [f"{ours} devices (median)" for ours in OURS]  # devices="auto"'s choice
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines = []
     for point, factors in grid().items():
         times = {impl: metric(impl, point, "iter_s") for impl in IMPLS}
         ratios = [
@@ -201,8 +201,8 @@ def sweep_table(rows: Sequence) -> str:
         cells += [fmt(times[impl], "{:.3f}") for impl in IMPLS]
         cells += [fmt(r, "{:.2f}×") for r in ratios] + memory
         cells += [fmt(metric(ours, point, "devices"), "{:g}") for ours in OURS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + _rate_table(metric, fmt)
+        lines.append(cells)
+    return markdown_table(header, lines) + "\n\n" + _rate_table(metric, fmt)
 
 
 def _rate_table(metric, fmt) -> str:
@@ -211,8 +211,7 @@ def _rate_table(metric, fmt) -> str:
     last with the machine's product rates in the `weight_grad_dots` case."""
     header = ["point", "least GFLOP", "GFLOP/s for 5× cleanrl"]
     header += [f"{impl} GFLOP/s" for impl in IMPLS]
-    lines = ["| " + " | ".join(header) + " |"]
-    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines = []
     for point, factors in grid().items():
         gflop = least_gflop(factors)
         rates = {impl: None if (t := metric(impl, point, "iter_s")) is None else gflop / t
@@ -220,8 +219,8 @@ def _rate_table(metric, fmt) -> str:
         goal = None if rates["cleanrl"] is None else 5 * rates["cleanrl"]
         cells = [point, f"{gflop:.2f}", fmt(goal, "{:.1f}")]
         cells += [fmt(rates[impl], "{:.1f}") for impl in IMPLS]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        lines.append(cells)
+    return markdown_table(header, lines) + "\n"
 
 
 CASE = Case(

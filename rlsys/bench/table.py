@@ -148,14 +148,19 @@ def case_table(run: CaseRun, rows: Sequence[Summary]) -> str | None:
     return None if make is None else make(rows).rstrip("\n")
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table: the first column left-aligned, the others right (numbers)."""
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def markdown(run: CaseRun, rows: Sequence[Summary], *, command: str, machine: dict) -> str:
     """This case's section of a results file (without the markers)."""
     header, cells = table_rows(run, rows)
     case = run.case
-    lines = [f"## {case.name}", "", case.description, ""]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    lines = [f"## {case.name}", "", case.description, "", markdown_table(header, cells)]
     extra = case_table(run, rows)
     if extra:
         lines += ["", extra]

@@ -123,11 +123,16 @@ def _transposed_rows_times(a, g):
     return transposed @ g.reshape(-1, g.shape[-1])
 
 
+def _largest_divisor(rows: int, least: int, most: int) -> int | None:
+    """The largest divisor of `rows` from `least` to `most` (None if there is none)."""
+    return next((d for d in range(min(rows, most), least - 1, -1) if rows % d == 0), None)
+
+
 def _row_chunk(rows: int) -> int | None:
     """The chunk of rows `_chunked_rows_times` sums over: the largest divisor of `rows` up
     to 2048, if it is at least 128 (else None: no good chunking)."""
-    chunk = next(c for c in range(min(rows, 2048), 0, -1) if rows % c == 0)
-    return chunk if chunk >= 128 and chunk < rows else None
+    chunk = _largest_divisor(rows, 128, 2048)
+    return chunk if chunk is not None and chunk < rows else None
 
 
 def _chunked_rows_times(a, g):
@@ -148,7 +153,7 @@ def _chunked_rows_times(a, g):
 def _row_block(rows: int) -> int | None:
     """The block of rows `_blocked_rows_times` sums over: the largest divisor of `rows` from
     32 to 64 (None if there is none)."""
-    return next((block for block in range(64, 31, -1) if rows % block == 0), None)
+    return _largest_divisor(rows, 32, 64)
 
 
 def _blocked_rows_times(a, g):
