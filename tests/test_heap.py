@@ -113,3 +113,40 @@ def test_split_iterations_reuse_what_each_devices_thread_freed() -> None:
     # one iteration's pages over iterations 3-6, and none to speak of in the last two.
     assert sum(kept[2:]) < pages and max(kept[4:]) < pages // 20, kept
     assert min(default[2:]) > pages // 2, default
+
+
+# Frees every other one of 2,000 small chunks (so that none merges with a neighbour) and
+# prints the bytes glibc then holds in fastbins (mallinfo2's fsmblks).
+_FASTBIN_BYTES = """
+import ctypes
+from rlsys.compiler.heap import keep_freed_buffers
+keep_freed_buffers()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+chunks = [libc.malloc(48) for _ in range(2000)]
+for address in chunks[::2]:
+    libc.free(address)
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = MallInfo2
+print(libc.mallinfo2().fsmblks)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_kept_buffers_leave_no_small_chunk_waiting_in_a_fastbin() -> None:
+    """Freed small chunks merge with their free neighbours at once (`M_MXFAST` 0), so that a
+    call's block of temporaries finds its old place whole (module docstring); with glibc's
+    defaults (the opt-out) they wait in fastbins."""
+
+    def fastbin_bytes(**env: str) -> int:
+        environ = {k: v for k, v in os.environ.items() if k != heap.ENV_VAR}
+        done = subprocess.run([sys.executable, "-c", _FASTBIN_BYTES], capture_output=True,
+                              text=True, env={**environ, **env}, timeout=60,
+                              check=True)  # fmt: skip
+        return int(done.stdout)
+
+    assert fastbin_bytes() == 0
+    assert fastbin_bytes(**{heap.ENV_VAR: "1"}) > 10_000

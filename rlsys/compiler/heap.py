@@ -19,6 +19,17 @@ stay mapped and the next call reuses them: 0 page faults and about 46 ms per ite
 the same peak RSS (the freed blocks are reused, not added to). Compilations still trim.
 Set RLSYS_MALLOC_DEFAULTS=1 to keep glibc's behaviour.
 
+Reused in place, a program's temporaries (XLA allocates them as one block per call) must
+find their old place free again. In some runs they do not: the block goes to the top of the
+heap, which grows by the whole block while the old place stays resident. At the scaling
+sweep's envs=64 point (its learner's temporaries: one 33 MB block per call) the main heap
+grew so by 32 MiB at the third iteration in 5 of 16 runs, whose peak RSS went from about
+143 MiB above the idle process to 172-174 (traced with an allocation-logging preload).
+With glibc's fastbins off (`M_MXFAST` 0: a freed small chunk merges with its free
+neighbours at once instead of waiting in a list for reuse), 0 of 28 runs grew so, so
+`keep_freed_buffers()` turns them off too. Why the fastbins make the difference was not
+traced further.
+
 XLA's worker threads allocate from glibc's per-thread heaps of at most 64 MiB each. The
 calling thread allocates a one-device program's temporaries, but a program split over
 devices (`lower/data_parallel.py`) runs each device's share on a worker thread, which
@@ -47,6 +58,7 @@ from rlsys.compiler.opt_out import opted_out
 
 ENV_VAR = "RLSYS_MALLOC_DEFAULTS"
 # glibc's mallopt parameters (malloc.h)
+_M_MXFAST = 1
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_TOP_PAD = -2
@@ -86,7 +98,7 @@ def _set_malloc_options(*options: tuple[int, int]) -> bool:
 def keep_freed_buffers() -> bool:
     """From now on, memory freed in this process stays mapped for reuse (see the module
     docstring); False where that is not possible or the user opted out. Once per process."""
-    return _set_malloc_options((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _NEVER_TRIM))
+    return _set_malloc_options((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, _NEVER_TRIM), (_M_MXFAST, 0))
 
 
 @functools.cache
