@@ -47,7 +47,8 @@ class CommonConfig:
     running, sets the process's peak memory: small rollouts) or "no" (one program). On CPU,
     where compiling sets the peak, that peak falls by a quarter to a third, for iterations
     up to about 1.4x as long; "auto" compiles a large rollout's iteration twice (segmented,
-    then whole)."""
+    then whole). Either also hands jaxlib's machine code back to the OS around compiling
+    (about half a second each time it is read back)."""
     devices: str = "1"
     """Devices to split the environments over: a number, or "auto" (one CPU device per core,
     kept only if the split's first calls ran faster than one device's). Each device runs

@@ -190,9 +190,10 @@ class Program:
         every pass; `iterations_per_call=K` runs K iterations per jitted call;
         `segmented=True` compiles an iteration as several XLA programs, cut around its loops
         and after its gradients, run one iteration per call: less memory to compile, a little
-        slower; "auto" only where compiling, not running, would set the peak memory. `devices=N`
-        splits the iterations' points (the environments) over N devices, each running its
-        share (a segmented program: each segment so); on CPU, first call
+        slower; "auto" only where compiling, not running, would set the peak memory (either
+        also hands jaxlib's machine code back to the OS around compiling, `code_pages.py`).
+        `devices=N` splits the iterations' points (the environments) over N devices, each
+        running its share (a segmented program: each segment so); on CPU, first call
         `use_cpu_devices(N)` (see `lower/data_parallel.py`); "auto" keeps that split or one
         device, whichever ran its first calls faster (a segmented program: only if its call
         does SPLIT_SEGMENTED_FLOPS or more, and then, with segmented="auto", the split is

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from rlsys.compiler.code_pages import release_compiler_code
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.heap import (
     THREAD_HEAP_BYTES,
@@ -201,6 +202,8 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
                 "to point (a variable-size slice); backend='jax' cannot return it. Reduce it "
                 "(e.g. .sum()) or use backend='ref'"
             )
+    if segmented:  # asked to lower the peak where compiling sets it: compile from less
+        release_compiler_code()  # jaxlib's code that imports and earlier compiles read in
     optimized, timings = run_pipeline(graph, debug=debug)
     schedule = build_schedule(optimized, optimized.nodes)
     place = partial(JaxExecutable, optimized, bound_values, schedule, specs,
@@ -211,6 +214,8 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
         executable = place(devices=devices)
     executable.pass_timings = timings
     release_freed_heap()  # what XLA's compilation freed would stay resident otherwise
+    if executable.segmented:  # and the compiler's machine code it read in (`code_pages.py`)
+        release_compiler_code()
     keep_freed_buffers()  # but what its executions free is reused, not unmapped each call
     if executable.split is not None:  # and what each device's thread frees (`heap.py`)
         keep_thread_heaps()
