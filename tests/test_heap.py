@@ -80,12 +80,18 @@ print(*faults)
 """
 
 
-def _faults_per_iteration(envs: int = 256, devices: int = 1, **env: str) -> list[int]:
+def _output_of(program: str, **env: str) -> str:
+    """What `program` prints, run in a fresh Python with `env` (and without the opt-out
+    unless `env` sets it)."""
     environ = {k: v for k, v in os.environ.items() if k != heap.ENV_VAR}
-    program = _SWEEP_ITERATIONS.replace("{envs}", str(envs)).replace("{devices}", str(devices))
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           env={**environ, **env}, timeout=300, check=True)  # fmt: skip
-    return [int(n) for n in done.stdout.split()]
+    return done.stdout
+
+
+def _faults_per_iteration(envs: int = 256, devices: int = 1, **env: str) -> list[int]:
+    program = _SWEEP_ITERATIONS.replace("{envs}", str(envs)).replace("{devices}", str(devices))
+    return [int(n) for n in _output_of(program, **env).split()]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
@@ -140,13 +146,5 @@ def test_kept_buffers_leave_no_small_chunk_waiting_in_a_fastbin() -> None:
     """Freed small chunks merge with their free neighbours at once (`M_MXFAST` 0), so that a
     call's block of temporaries finds its old place whole (module docstring); with glibc's
     defaults (the opt-out) they wait in fastbins."""
-
-    def fastbin_bytes(**env: str) -> int:
-        environ = {k: v for k, v in os.environ.items() if k != heap.ENV_VAR}
-        done = subprocess.run([sys.executable, "-c", _FASTBIN_BYTES], capture_output=True,
-                              text=True, env={**environ, **env}, timeout=60,
-                              check=True)  # fmt: skip
-        return int(done.stdout)
-
-    assert fastbin_bytes() == 0
-    assert fastbin_bytes(**{heap.ENV_VAR: "1"}) > 10_000
+    assert int(_output_of(_FASTBIN_BYTES)) == 0
+    assert int(_output_of(_FASTBIN_BYTES, **{heap.ENV_VAR: "1"})) > 10_000

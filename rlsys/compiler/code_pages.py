@@ -31,6 +31,7 @@ import functools
 import os
 from collections.abc import Iterator
 
+from rlsys.compiler.heap import libc_function
 from rlsys.compiler.opt_out import opted_out
 
 ENV_VAR = "RLSYS_KEEP_CODE_PAGES"
@@ -40,11 +41,9 @@ _MAPS = "/proc/self/maps"
 
 @functools.cache
 def _madvise():
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise = libc_function("madvise")
+    if madvise is not None:
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     return madvise
 
 

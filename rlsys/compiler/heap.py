@@ -66,7 +66,7 @@ THREAD_HEAP_BYTES = 64 * 2**20  # glibc's largest per-thread heap (HEAP_MAX_SIZE
 _NEVER_TRIM = 2**31 - 1  # bytes of free heap top to keep; mallopt takes an int
 
 
-def _libc_function(name: str) -> Callable[..., int] | None:
+def libc_function(name: str) -> Callable[..., int] | None:
     try:
         return getattr(ctypes.CDLL(None), name)  # the process's own C library
     except (OSError, AttributeError):
@@ -75,7 +75,7 @@ def _libc_function(name: str) -> Callable[..., int] | None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    return _libc_function("malloc_trim")
+    return libc_function("malloc_trim")
 
 
 def release_freed_heap() -> bool:
@@ -90,7 +90,7 @@ def release_freed_heap() -> bool:
 def _set_malloc_options(*options: tuple[int, int]) -> bool:
     """`mallopt` each (parameter, value), unless the user opted out; False where that is not
     possible, or opted out."""
-    mallopt = None if opted_out(ENV_VAR) else _libc_function("mallopt")
+    mallopt = None if opted_out(ENV_VAR) else libc_function("mallopt")
     return mallopt is not None and all([bool(mallopt(*option)) for option in options])
 
 
