@@ -10,8 +10,8 @@ import jax
 import jaxlib
 import numpy as np
 import pytest
+from tiny_programs import DOUBLINGS, doubling_program
 
-import rlsys.rt as rt
 from rlsys.compiler import code_pages
 from rlsys.compiler import compile as compile_module
 
@@ -45,22 +45,11 @@ def test_released_code_leaves_the_resident_set(monkeypatch) -> None:
     assert code_pages.release_compiler_code() == 0
 
 
-def _program():
-    prog = rt.Program(dims=("t",))
-    (t,) = prog.dims
-    with prog:
-        x = rt.placeholder(name="x")
-        x[0] = rt.const(np.float32(1.0))
-        x[t + 1] = x * 2.0
-        prog.output("x", x[0:4])
-    return prog
-
-
 @pytest.mark.parametrize("segmented", [False, True])
 def test_only_a_segmented_compilation_releases_the_code(monkeypatch, segmented) -> None:
     calls = []
     monkeypatch.setattr(compile_module, "release_compiler_code", lambda: calls.append(1))
-    exe = _program().compile(bounds={"T": 4}, segmented=segmented)
-    np.testing.assert_array_equal(exe.run()["x"], [1.0, 2.0, 4.0, 8.0])
+    exe = doubling_program().compile(bounds={"T": 4}, segmented=segmented)
+    np.testing.assert_array_equal(exe.run()["x"], DOUBLINGS)
     assert exe.segmented == segmented
     assert len(calls) == (2 if segmented else 0)  # before compiling, and after

@@ -12,8 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlsys.compiler.lower import memory_schedule
-from rlsys.compiler.lower.cpu_copies import CPU_COPY_OPTIONS, copy_options
-from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS, launch_options
+from rlsys.compiler.lower.backend_options import backend_options
+from rlsys.compiler.lower.cpu_copies import CPU_COPY_OPTIONS
+from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS
 from rlsys.compiler.lower.memory_schedule import MEMORY_SCHEDULER, compile_frugally
 
 MiB = 2**20
@@ -94,10 +95,13 @@ def test_on_a_gpu_programs_are_compiled_once_with_the_launch_options(monkeypatch
     assert compiled.options == {"xla_gpu_graph_min_graph_size": 1}
 
 
-def test_off_the_gpu_there_are_no_launch_options_but_the_copy_options() -> None:
+def test_each_backend_gets_its_own_options(monkeypatch) -> None:
     assert jax.default_backend() == "cpu"  # the test suite runs on the CPU
-    assert launch_options() == {}
-    assert copy_options() == CPU_COPY_OPTIONS
+    assert backend_options() == CPU_COPY_OPTIONS
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert backend_options() == GPU_LAUNCH_OPTIONS
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert backend_options() == {}
 
 
 def test_region_analysis_leaves_a_loop_counter_uncopied_and_computes_the_same() -> None:

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import psutil
 import pytest
+from tiny_programs import DOUBLINGS, doubling_program
 
-import rlsys.rt as rt
 from rlsys.compiler import compile as compile_module
 from rlsys.compiler import heap
 from rlsys.compiler.heap import release_freed_heap
@@ -44,15 +44,8 @@ def test_freed_heap_memory_leaves_the_resident_set() -> None:
 def test_compiling_releases_the_freed_heap(monkeypatch) -> None:
     calls = []
     monkeypatch.setattr(compile_module, "release_freed_heap", lambda: calls.append(1))
-    prog = rt.Program(dims=("t",))
-    (t,) = prog.dims
-    with prog:
-        x = rt.placeholder(name="x")
-        x[0] = rt.const(np.float32(1.0))
-        x[t + 1] = x * 2.0
-        prog.output("x", x[0:4])
-    out = prog.compile(bounds={"T": 4}).run()
-    np.testing.assert_array_equal(out["x"], [1.0, 2.0, 4.0, 8.0])
+    out = doubling_program().compile(bounds={"T": 4}).run()
+    np.testing.assert_array_equal(out["x"], DOUBLINGS)
     assert calls == [1]
 
 

@@ -11,18 +11,9 @@ rounds in one process, both compilations; the same results bit for bit). The A2C
 sweep's iterations ran as before (1.000-1.013x at its base, envs=64, width=16, width=256,
 layers=4 and episode=125 points; benchmarks/HISTORY.md, thirtieth session).
 
-A compiler option of the program, not a process-wide flag: JAX code outside rlsys compiles
-as it would.
+Applied through `backend_options.py`.
 """
 
 from __future__ import annotations
 
-import jax
-
 CPU_COPY_OPTIONS: dict[str, object] = {"xla_cpu_copy_insertion_use_region_analysis": True}
-
-
-def copy_options() -> dict[str, object]:
-    """The compiler options of a program for the current backend: CPU_COPY_OPTIONS on a
-    CPU, none elsewhere."""
-    return dict(CPU_COPY_OPTIONS) if jax.default_backend() == "cpu" else {}

@@ -12,17 +12,9 @@ With every run captured (minimum size 1), the same program ran 7.2 ms per iterat
 (gymnax CartPole, 10 iterations per call) 5.3 ms against 5.6-6.9, and the sweep's width=16
 point 6.3 against 10.0-15.4 (`benchmarks/gpu/kernel_count.py`, benchmarks/HISTORY.md,
 twentieth session). Recording whole loops as graphs too (command types WHILE and
-CONDITIONAL) made PPO slower: 7.3 ms.
+CONDITIONAL) made PPO slower: 7.3 ms. Applied through `backend_options.py`.
 """
 
 from __future__ import annotations
 
-import jax
-
 GPU_LAUNCH_OPTIONS: dict[str, object] = {"xla_gpu_graph_min_graph_size": 1}
-
-
-def launch_options() -> dict[str, object]:
-    """The compiler options of a program for the current backend: GPU_LAUNCH_OPTIONS on a
-    GPU, none elsewhere."""
-    return dict(GPU_LAUNCH_OPTIONS) if jax.default_backend() == "gpu" else {}

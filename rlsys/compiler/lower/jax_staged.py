@@ -39,7 +39,7 @@ from jax.sharding import PartitionSpec
 
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.heap import release_freed_heap
-from rlsys.compiler.lower.cpu_copies import copy_options
+from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
     Context,
@@ -61,12 +61,12 @@ INDEX = jax.ShapeDtypeStruct((), jnp.int32)
 
 
 def _compiled(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
-    """The segment compiled (with `cpu_copies`' options), and what compiling it freed handed back
-    to the OS (`heap.py`): segments compile one after another, and the next one's compilation
-    did not reuse all of that memory. The scaling sweep's envs=64 point, `segmented="auto"`:
-    peak RSS 138–148 MiB above the idle process (median 141, 15 runs) with the trim, 143–152
-    (median 150, 7 runs) without."""
-    compiled = lowered.compile(compiler_options=copy_options() or None)
+    """The segment compiled (with the backend's options, `backend_options.py`), and what
+    compiling it freed handed back to the OS (`heap.py`): segments compile one after
+    another, and the next one's compilation did not reuse all of that memory. The scaling
+    sweep's envs=64 point, `segmented="auto"`: peak RSS 138–148 MiB above the idle process
+    (median 141, 15 runs) with the trim, 143–152 (median 150, 7 runs) without."""
+    compiled = lowered.compile(compiler_options=backend_options() or None)
     release_freed_heap()
     return compiled
 

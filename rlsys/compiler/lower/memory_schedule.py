@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import jax
 
-from rlsys.compiler.lower.cpu_copies import copy_options
-from rlsys.compiler.lower.gpu_launch import launch_options
+from rlsys.compiler.lower.backend_options import backend_options
 
 LARGE_TEMPORARIES = 128 * 2**20  # bytes: about what compiling an A2C iteration holds (1.4 MiB
 # per loop fusion, about a hundred fusions): above it, running sets the process's peak
@@ -35,15 +34,15 @@ def temporaries(compiled) -> int:
 
 
 def compile_frugally(lowered) -> jax.stages.Compiled:
-    """`lowered.compile()` with `cpu_copies`' options (on a GPU with `gpu_launch`'s), or on
-    CPU, for a program with large temporaries, its compilation with the memory scheduler
-    too when that needs fewer."""
-    if options := launch_options():
-        return lowered.compile(compiler_options=options)
-    options = copy_options()
+    """`lowered.compile()` with the backend's options (`backend_options.py`), or on CPU, for
+    a program with large temporaries, its compilation with the memory scheduler too when
+    that needs fewer."""
+    options = backend_options()
     compiled = lowered.compile(compiler_options=options or None)
+    if jax.default_backend() != "cpu":
+        return compiled
     needed = temporaries(compiled)
-    if jax.default_backend() != "cpu" or needed <= LARGE_TEMPORARIES:
+    if needed <= LARGE_TEMPORARIES:
         return compiled
     frugal = lowered.compile(compiler_options={**options, **MEMORY_SCHEDULER})
     return frugal if temporaries(frugal) < needed else compiled
