@@ -1,7 +1,7 @@
 """XLA:CPU's memory scheduler is tried only for programs with large temporaries, and kept
-only when it needs fewer (`lower/memory_schedule.py`); every CPU program is compiled with
-`lower/cpu_copies.py`'s options; on a GPU, programs are compiled once with
-`lower/gpu_launch.py`'s options."""
+only when it needs fewer (`lower/memory_schedule.py`); every program is compiled with its
+backend's options (`lower/backend_options.py`), segments too; on a GPU, programs are
+compiled once."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tiny_programs import DOUBLINGS, doubling_program
 
-from rlsys.compiler.lower import memory_schedule
+from rlsys.compiler.lower import jax_staged, memory_schedule
 from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.cpu_copies import CPU_COPY_OPTIONS
 from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS
@@ -102,6 +103,21 @@ def test_each_backend_gets_its_own_options(monkeypatch) -> None:
     assert backend_options() == GPU_LAUNCH_OPTIONS
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
     assert backend_options() == {}
+
+
+def test_segments_are_compiled_with_the_backend_options(monkeypatch) -> None:
+    """A segmented program's segments are compiled in `jax_staged`, not `compile_frugally`."""
+    asked = []
+
+    def options() -> dict[str, object]:
+        asked.append(1)
+        return dict(CPU_COPY_OPTIONS)
+
+    monkeypatch.setattr(jax_staged, "backend_options", options)
+    exe = doubling_program().compile(bounds={"T": 4}, segmented=True)
+    assert exe.segmented
+    np.testing.assert_array_equal(exe.run()["x"], DOUBLINGS)
+    assert asked
 
 
 def test_region_analysis_leaves_a_loop_counter_uncopied_and_computes_the_same() -> None:
