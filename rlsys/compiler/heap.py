@@ -67,6 +67,8 @@ _NEVER_TRIM = 2**31 - 1  # bytes of free heap top to keep; mallopt takes an int
 
 
 def libc_function(name: str) -> Callable[..., int] | None:
+    """The process's C library function `name` (ctypes), or None where there is none (not
+    glibc, not Linux). Shared with `code_pages.py`."""
     try:
         return getattr(ctypes.CDLL(None), name)  # the process's own C library
     except (OSError, AttributeError):
