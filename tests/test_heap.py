@@ -49,10 +49,11 @@ def test_compiling_releases_the_freed_heap(monkeypatch) -> None:
     assert calls == [1]
 
 
-# The scaling sweep's base point (A2C on the trivial env, 256 envs x 250 steps): about 40 MiB
-# of temporaries per iteration (its gradient runs a chunk of points at a time); or its envs=512
-# point split over two CPU devices: 43 MiB per device, allocated by each device's thread.
-# Prints the page faults each of its iterations took.
+# A2C on the trivial env at 1,024 envs x 250 steps (four times the scaling sweep's base
+# point): 36 MiB of temporaries per iteration in one block, above the largest threshold (32
+# MiB) under which glibc's malloc would keep a freed block for reuse by itself (its gradient
+# runs a chunk of points at a time); or 2,048 envs split over two CPU devices: 37 MiB per
+# device, allocated by each device's thread. Prints the page faults each iteration took.
 _SWEEP_ITERATIONS = """
 import resource
 from rlsys.compiler import use_cpu_devices
@@ -82,7 +83,7 @@ def _output_of(program: str, **env: str) -> str:
     return done.stdout
 
 
-def _faults_per_iteration(envs: int = 256, devices: int = 1, **env: str) -> list[int]:
+def _faults_per_iteration(envs: int = 1024, devices: int = 1, **env: str) -> list[int]:
     program = _SWEEP_ITERATIONS.replace("{envs}", str(envs)).replace("{devices}", str(devices))
     return [int(n) for n in _output_of(program, **env).split()]
 
@@ -90,7 +91,7 @@ def _faults_per_iteration(envs: int = 256, devices: int = 1, **env: str) -> list
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 def test_iterations_reuse_the_buffers_earlier_ones_freed() -> None:
     """After the first iteration, iterations touch no fresh pages for their temporaries;
-    with glibc's defaults (the opt-out) each one maps them afresh (9,700 faults)."""
+    with glibc's defaults (the opt-out) each one maps them afresh (9,200 faults)."""
     pages = 36 * MIB // 4096
     kept, default = _faults_per_iteration(), _faults_per_iteration(**{heap.ENV_VAR: "1"})
     assert len(kept) == len(default) == 6
@@ -100,12 +101,12 @@ def test_iterations_reuse_the_buffers_earlier_ones_freed() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
 def test_split_iterations_reuse_what_each_devices_thread_freed() -> None:
-    """Split over two devices, each device's thread allocates its 43 MiB of temporaries from
+    """Split over two devices, each device's thread allocates its 37 MiB of temporaries from
     a per-thread heap of its own; kept mapped (`keep_thread_heaps`), no fresh pages after
     the first iterations; with glibc's defaults each iteration maps them afresh."""
-    pages = 2 * 43 * MIB // 4096
-    kept = _faults_per_iteration(envs=512, devices=2)
-    default = _faults_per_iteration(envs=512, devices=2, **{heap.ENV_VAR: "1"})
+    pages = 2 * 37 * MIB // 4096
+    kept = _faults_per_iteration(envs=2048, devices=2)
+    default = _faults_per_iteration(envs=2048, devices=2, **{heap.ENV_VAR: "1"})
     assert len(kept) == len(default) == 6
     # A device's work may land on a pool thread that has not run it before, whose heap then
     # grows once (seen in a full test run: 28225 22542 11125 21 19 14 faults); so less than

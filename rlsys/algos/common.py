@@ -159,14 +159,42 @@ def next_values(prog: rt.Program, model: ActorCritic, params_i, step, value):
     truncated and at the rollout's last step: lazily (`rt.lazy_where`), on those points
     alone, 2 * B at a time, instead of on every (b, t)."""
     i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
-    B, T = prog.bounds[-2], prog.bounds[-1]
+    T = prog.bounds[-1]
     following = rt.placeholder(domain=(i, b, t), name="following_value")
     following[i, b, T - 1] = 0.0  # the rollout's last step always runs the critic
     following[i, b, t] = value[i, b, t + 1]
+    return rt.lazy_where(_cut(prog, step) > 0.0, model.value(params_i, step.final_obs),
+                         following, rows=2 * prog.bounds[-2])  # fmt: skip
+
+
+def _cut(prog: rt.Program, step):
+    """1 where the critic bootstraps: where an episode was truncated or the rollout ends,
+    unless the episode was terminated there; else 0."""
+    t, T = prog.dims[-1], prog.bounds[-1]
     last_step = 1 - rt.minimum(T - 1 - t, 1)
-    needed = (1.0 - step.terminated) * rt.maximum(step.truncated, last_step)
-    return rt.lazy_where(needed > 0.0, model.value(params_i, step.final_obs), following,
-                         rows=2 * B)  # fmt: skip
+    return (1.0 - step.terminated) * rt.maximum(step.truncated, last_step)
+
+
+def bootstrapped_returns(prog: rt.Program, model: ActorCritic, params_i, step, gamma: float):
+    """Discounted returns to the end of each episode or of the rollout, bootstrapped by the
+    critic where an episode was truncated or the rollout cut it:
+
+        G[t] = r[t] + gamma (1 - terminated[t]) (V(final_obs[t]) if cut at t else G[t + 1])
+
+    G - V is GAE with lambda = 1 (its deltas telescope within an episode), but G reads the
+    critic on final observations only: the loss's gradient, which computes V over the
+    rollout anyway, can then take the advantage G - V with it, where GAE needs V at every
+    step before its backward recursion (one more pass of the critic over the rollout)."""
+    i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
+    T = prog.bounds[-1]
+    cut = _cut(prog, step)
+    bootstrap = rt.lazy_where(cut > 0.0, model.value(params_i, step.final_obs), 0.0,
+                              rows=2 * prog.bounds[-2])  # fmt: skip
+    kept = gamma * (1.0 - step.terminated)  # of what follows a step
+    returns = rt.placeholder(domain=(i, b, t), name="return")
+    returns[i, b, T - 1] = (step.reward + kept * bootstrap)[i, b, T - 1]
+    returns[i, b, t] = step.reward + kept * (bootstrap + (1.0 - cut) * returns[i, b, t + 1])
+    return returns
 
 
 def gae(prog: rt.Program, rollout: Rollout, value, next_value, gamma: float, lam: float,

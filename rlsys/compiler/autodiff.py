@@ -44,14 +44,13 @@ def grad(loss: RecurrentTensor, param: RecurrentTensor) -> RecurrentTensor:
 def path_nodes(graph: Graph, source: int, target: int, loop_dims: tuple[Dim, ...]) -> set[int]:
     """Nodes on a dependence path source -> ... -> target (both included), not counting
     dependences carried along `loop_dims` (those read other iterations of the loop), nor
-    paths through a `stop_gradient`: its derivative is 0, so what lies behind it is a
-    constant of the re-run (an action sampled in an acting scan is read as data, rather
-    than the whole scan re-run, and differentiated, to get zeros)."""
+    paths through a `stop_gradient` (`_joined_stops` excepted): its derivative is 0, so what
+    lies behind it is a constant of the re-run (an action sampled in an acting scan is read
+    as data, rather than the whole scan re-run, and differentiated, to get zeros)."""
     consumers: dict[int, set[int]] = {n: set() for n in graph.nodes}
     producers: dict[int, set[int]] = {n: set() for n in graph.nodes}
+    stops = []
     for node in graph:
-        if node.op == "stop_gradient":
-            continue
         for edge in node.all_edges():
             producer = graph[edge.node]
             carried = any(
@@ -59,10 +58,53 @@ def path_nodes(graph: Graph, source: int, target: int, loop_dims: tuple[Dim, ...
                 for dim, index in zip(producer.domain, edge.index, strict=True)
                 if dim in loop_dims
             )
-            if not carried:
-                consumers[edge.node].add(node.id)
-                producers[node.id].add(edge.node)
-    return _reach(source, consumers) & _reach(target, producers)
+            if carried:
+                continue
+            if node.op == "stop_gradient":
+                stops.append((edge.node, node.id))
+                continue
+            consumers[edge.node].add(node.id)
+            producers[node.id].add(edge.node)
+    path = _reach(source, consumers) & _reach(target, producers)
+    return _joined_stops(graph, path, stops, consumers, producers, source, target)
+
+
+def _joined_stops(
+    graph: Graph,
+    path: set[int],
+    stops: list[tuple[int, int]],
+    consumers: dict,
+    producers: dict,
+    source: int,
+    target: int,
+) -> set[int]:
+    """The path with the `stop_gradient`s of its own values on it, and what they lead to on
+    the way to the loss, where that is all at the same point: the re-run computes such a
+    value anyway, so it takes the constant from there, rather than have it computed apart
+    beforehand (A2C's advantage G - V reads the critic's V, which the value loss's re-run
+    computes: one pass of the critic over the rollout, not two). A stop that would bring in
+    a value of another point (the state of an acting scan, x[t + 1] from step t) stays a cut:
+    that would re-run the scan."""
+    for m, n in stops:
+        if m not in path:
+            continue
+        consumers[m].add(n)
+        producers[n].add(m)
+        joined = _reach(source, consumers) & _reach(target, producers)
+        added = joined - path
+        if all(_same_point(graph, edge) for c in joined for edge in graph[c].all_edges()
+               if edge.node in added):  # fmt: skip
+            path = joined
+        else:
+            consumers[m].discard(n)
+            producers[n].discard(m)
+    return path
+
+
+def _same_point(graph: Graph, edge: Edge) -> bool:
+    producer = graph[edge.node]
+    return all(is_same_point(index, dim)
+               for dim, index in zip(producer.domain, edge.index, strict=True))  # fmt: skip
 
 
 def _reach(start: int, neighbours: dict[int, set[int]]) -> set[int]:
