@@ -17,41 +17,16 @@ from rlsys.algos.common import (
 )
 from rlsys.algos.config import A2CConfig
 
-
-@pytest.mark.parametrize(("env_id", "steps", "mid_way"), [
+CASES = [
     ("trivial:3:4", 10, True),  # episodes of 4 in rollouts of 10: truncated mid-way
     ("trivial:3:10", 10, False),  # episodes end with the rollout
     ("gymnax:CartPole-v1", 40, False),  # episodes terminate
-])  # fmt: skip
-def test_next_values_equal_the_critic_on_every_final_observation(env_id, steps, mid_way):
-    cfg = A2CConfig(env=env_id, num_envs=4, num_steps=steps, total_steps=4 * steps * 3,
-                    hidden_size=8).validate()  # fmt: skip
-    env = make_env(cfg)
-    prog = rt.Program(dims=("i", "b", "t"))
-    i = prog.dims[0]
-    _, B, T = prog.bounds
-    with prog:
-        model, params, rollout = acting_actor_critic(prog, env, cfg)
-        params[i + 1] = params[i] * 0.9  # other parameters each iteration
-        value = model.value(params[i], rollout.obs)
-        step = rollout.step
-        outputs = {"lazy": next_values(prog, model, params[i], step, value),
-                   "dense": model.value(params[i], step.final_obs),
-                   "terminated": step.terminated, "truncated": step.truncated}  # fmt: skip
-        for name, tensor in outputs.items():
-            prog.output(name, tensor[i, 0:B, 0:T])
-    out = prog.compile(bounds={"I": 3, "B": 4, "T": steps}).run()
-    used = out["terminated"] == 0
-    np.testing.assert_allclose(out["lazy"][used], out["dense"][used], rtol=1e-6, atol=1e-6)
-    assert bool(out["truncated"][..., :-1].any()) == mid_way
+]
 
 
-@pytest.mark.parametrize(("env_id", "steps"), [
-    ("trivial:3:4", 10),  # truncated mid-way
-    ("trivial:3:10", 10),  # episodes end with the rollout
-    ("gymnax:CartPole-v1", 40),  # episodes terminate
-])  # fmt: skip
-def test_bootstrapped_returns_less_the_value_are_gae_with_lambda_one(env_id, steps):
+def _run(env_id: str, steps: int, outputs) -> dict:
+    """Three iterations of an actor-critic's rollouts (other parameters each iteration) and
+    the tensors `outputs(prog, model, params_i, step, value)` names, per iteration."""
     cfg = A2CConfig(env=env_id, num_envs=4, num_steps=steps, total_steps=4 * steps * 3,
                     hidden_size=8).validate()  # fmt: skip
     env = make_env(cfg)
@@ -62,15 +37,34 @@ def test_bootstrapped_returns_less_the_value_are_gae_with_lambda_one(env_id, ste
         model, params, rollout = acting_actor_critic(prog, env, cfg)
         params[i + 1] = params[i] * 0.9
         value = model.value(params[i], rollout.obs)
-        next_value = next_values(prog, model, params[i], rollout.step, value)
-        outputs = {
-            "gae": gae(prog, rollout, value, next_value, 0.9, 1.0),
-            "returns": bootstrapped_returns(prog, model, params[i], rollout.step, 0.9),
-            "value": value,
-            "done": rollout.step.done,
-        }
-        for name, tensor in outputs.items():
+        tensors = outputs(prog, model, params[i], rollout, value)
+        for name, tensor in tensors.items():
             prog.output(name, tensor[i, 0:B, 0:T])
-    out = prog.compile(bounds={"I": 3, "B": 4, "T": steps}).run()
+    return prog.compile(bounds={"I": 3, "B": 4, "T": steps}).run()
+
+
+@pytest.mark.parametrize(("env_id", "steps", "mid_way"), CASES)
+def test_next_values_equal_the_critic_on_every_final_observation(env_id, steps, mid_way):
+    def outputs(prog, model, params_i, rollout, value):
+        step = rollout.step
+        return {"lazy": next_values(prog, model, params_i, step, value),
+                "dense": model.value(params_i, step.final_obs),
+                "terminated": step.terminated, "truncated": step.truncated}  # fmt: skip
+
+    out = _run(env_id, steps, outputs)
+    used = out["terminated"] == 0
+    np.testing.assert_allclose(out["lazy"][used], out["dense"][used], rtol=1e-6, atol=1e-6)
+    assert bool(out["truncated"][..., :-1].any()) == mid_way
+
+
+@pytest.mark.parametrize(("env_id", "steps", "mid_way"), CASES)
+def test_bootstrapped_returns_less_the_value_are_gae_with_lambda_one(env_id, steps, mid_way):
+    def outputs(prog, model, params_i, rollout, value):
+        next_value = next_values(prog, model, params_i, rollout.step, value)
+        return {"gae": gae(prog, rollout, value, next_value, 0.9, 1.0),
+                "returns": bootstrapped_returns(prog, model, params_i, rollout.step, 0.9),
+                "value": value, "done": rollout.step.done}  # fmt: skip
+
+    out = _run(env_id, steps, outputs)
     assert out["done"].any()
     np.testing.assert_allclose(out["returns"] - out["value"], out["gae"], rtol=1e-5, atol=1e-5)

@@ -108,22 +108,27 @@ def test_a_recurrence_behind_stop_gradient_is_data_not_rerun(backend: str) -> No
     np.testing.assert_allclose(out["g"], (out["x"] ** 2).sum(axis=1), rtol=1e-6)
 
 
+def _gradient_reads(graph) -> dict:
+    """Gradient node -> the values its re-run reads (what a loop before it must keep)."""
+    from rlsys.compiler.lower.jax_program import gradient_reads
+    from rlsys.compiler.passes.dce import needed_nodes
+    from rlsys.compiler.schedule import build_schedule
+
+    return gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))[0]
+
+
 def test_a_stop_gradient_of_a_path_value_is_taken_from_the_rerun(backend: str) -> None:
     """v = tanh(x w) is on the path and the loss also reads v.stop_gradient() (as A2C's
     advantage G - V reads the critic): the re-run computes that constant with v, so nothing
     computes v apart beforehand, and the gradient is jax.grad's with the same stop."""
     from rlsys.compiler.autodiff import path_nodes
-    from rlsys.compiler.lower.jax_program import gradient_reads
-    from rlsys.compiler.passes.dce import needed_nodes
-    from rlsys.compiler.schedule import build_schedule
 
     prog = rt.Program(dims=("i", "t"))
-    i, t = prog.dims
-    I, T = prog.bounds
+    i, T = prog.dims[0], prog.bounds[1]
     with prog:
         w = rt.input("w", shape=(), domain=(i,))
-        x = rt.input("x", shape=(), domain=(i, t))
-        target = rt.input("target", shape=(), domain=(i, t))
+        x = rt.input("x", shape=(), domain=prog.dims)
+        target = rt.input("target", shape=(), domain=prog.dims)
         v = (x * w).tanh()
         held = v.stop_gradient()
         advantage = target - held
@@ -132,7 +137,7 @@ def test_a_stop_gradient_of_a_path_value_is_taken_from_the_rerun(backend: str) -
         prog.output("g", grad)
     graph = prog.graph()
     assert held.node_id in path_nodes(graph, w.node_id, loss.node_id, (i,))
-    reads, _ = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
+    reads = _gradient_reads(graph)
     assert held.node_id not in reads[grad.node_id] and v.node_id not in reads[grad.node_id]
     assert {w.node_id, x.node_id, target.node_id} <= reads[grad.node_id]
     rng = np.random.default_rng(4)
@@ -144,7 +149,9 @@ def test_a_stop_gradient_of_a_path_value_is_taken_from_the_rerun(backend: str) -
         return jnp.sum((y - jax.lax.stop_gradient(v)) * v * 3.0 + (v - y) ** 2)
 
     expected = np.stack([jax.grad(hand_written)(w0[k], x0[k], y0[k]) for k in range(2)])
-    out = prog.compile(bounds={I: 2, T: 5}, backend=backend).run({"w": w0, "x": x0, "target": y0})
+    out = prog.compile(bounds={"I": 2, "T": 5}, backend=backend).run(
+        {"w": w0, "x": x0, "target": y0}
+    )
     np.testing.assert_allclose(out["g"], expected, rtol=1e-5, atol=1e-6)
 
 
@@ -152,10 +159,6 @@ def test_a_gradient_rereads_the_data_of_its_path_not_what_it_recomputes(backend:
     """The re-run recomputes the ops between param and loss, so what a loop before it keeps
     for it is their data (x), not their values (x * w, its tanh): a host acting loop of A2C
     once stacked every hidden activation of its policy for the gradient."""
-    from rlsys.compiler.lower.jax_program import gradient_reads
-    from rlsys.compiler.passes.dce import needed_nodes
-    from rlsys.compiler.schedule import build_schedule
-
     prog = rt.Program(dims=("i", "t"))
     i, t = prog.dims
     I, T = prog.bounds
@@ -171,8 +174,7 @@ def test_a_gradient_rereads_the_data_of_its_path_not_what_it_recomputes(backend:
         prog.output("g", grad)
         prog.output("total", total)
     graph = prog.graph()
-    reads, _ = gradient_reads(graph, build_schedule(graph, needed_nodes(graph)))
-    assert reads[grad.node_id] == {w.node_id, x.node_id}
+    assert _gradient_reads(graph)[grad.node_id] == {w.node_id, x.node_id}
     w0 = np.array([0.3, -0.4], "float32")
     x0 = np.random.default_rng(2).normal(size=(2, 5)).astype("float32")
     out = prog.compile(bounds={I: 2, T: 5}, backend=backend).run({"w": w0, "x": x0})

@@ -48,12 +48,25 @@ def test_an_a2c_iteration_is_cut_around_its_acting_and_returns_loops_and_after_i
     built = small_a2c("trivial:4:6")
     built.program.compile(bounds=built.bounds, segmented=True)
     # the prologue (one segment), then the iteration: the noise drawn for the acting steps |
-    # acting scan | the critic's values | returns scan | loss and gradient | the optimizer's
-    # update and metrics, which move the loop's windows
+    # acting scan | the rewards and bootstrap values for the returns | returns scan | loss and
+    # gradient | the optimizer's update and metrics, which move the loop's windows
     assert len(ends) == 7, ends
     noise, acting, values, returns, gradient, update = ends[1:]
     assert (acting, returns, gradient, update) == ("loop", "loop", "grad", "finish"), ends
     assert {noise, values}.isdisjoint({"loop", "grad", "finish"}), ends
+
+
+def test_no_segment_passes_on_what_only_the_gradients_re_run_reads() -> None:
+    """A2C's loss, computed with its gradient, re-runs the critic over every (b, t): the
+    segments before it neither compute nor return the critic's values (`unread_values`)."""
+    built = small_a2c("trivial:4:6")
+    exe = built.program.compile(bounds=built.bounds, segmented=True)
+    segments = [segment for part in exe._staged_parts for segment in part.segments()]
+    ctx = segments[0].template
+    assert any(ctx.graph[n].op == "matmul" for n in ctx.unread)  # the critic's layers
+    assert not ctx.unread & set().union(*(segment.out_axes for segment in segments))
+    computed = {s.node for segment in segments for s in segment.steps if isinstance(s, Compute)}
+    assert not ctx.unread & computed
 
 
 @pytest.mark.parametrize("env", ["trivial:4:6", "gymnasium:CartPole-v1"])

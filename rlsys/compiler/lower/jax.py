@@ -82,13 +82,16 @@ class Context:
     # inside a data-parallel program, how its points are split over devices; `bounds` then
     # holds the split dim's extent on one device (`data_parallel.py`)
     split: Split | None = None
+    # nodes whose values nothing reads (`jax_staged.unread_values`): segments skip them
+    unread: frozenset[int] = frozenset()
 
     def child(self, dim: Dim | None = None, index: Any = None, windows=None) -> Context:
         loop_index = dict(self.loop_index) if dim is None else {**self.loop_index, dim: index}
         return Context(self.graph, self.bounds, self.inputs, dict(self.values),
                        {**self.windows, **(windows or {})}, loop_index, self.outputs,
                        self.grad_reads, self.consumers, self.loss_grads, self.lazy,
-                       self.deferred, self.grad_reuse, self.reused, self.split)  # fmt: skip
+                       self.deferred, self.grad_reuse, self.reused, self.split,
+                       self.unread)  # fmt: skip
 
     def extent(self, dim: Dim) -> int:
         return self.bounds[dim.bound]

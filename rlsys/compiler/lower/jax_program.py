@@ -45,7 +45,7 @@ from rlsys.compiler.lower.data_parallel import Split, plan_split
 from rlsys.compiler.lower.hlo_work import matmul_flops
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
-from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps
+from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps, unread_values
 from rlsys.compiler.lower.memory_schedule import compile_frugally, temporaries
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.lower.reuse import reusable
@@ -117,6 +117,7 @@ def _context(graph: Graph, bounds, inputs, schedule: Schedule, values=None) -> C
         lazy=lazy,
         deferred=frozenset().union(*lazy.values()),
     )  # fmt: skip
+    ctx.unread = unread_values(ctx, schedule.steps)
     ctx.values.update(values or {})
     return ctx
 

@@ -39,6 +39,7 @@ from jax.sharding import PartitionSpec
 
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.heap import release_freed_heap
+from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
@@ -103,6 +104,7 @@ class Segment:
     def __init__(self, ctx: Context, steps: list[Step], host: Compute | None,
                  finish: LoopPlan | None = None, stacks: dict | None = None,
                  split: Split | None = None) -> None:  # fmt: skip
+        steps = [s for s in steps if not (isinstance(s, Compute) and s.node in ctx.unread)]
         self.template, self.steps, self.host, self.finish = ctx, steps, host, finish
         nodes = _nodes(steps)
         values, windows = _reads(ctx, steps + ([host] if host else []))
@@ -212,12 +214,57 @@ def _operation(ctx: Context, nodes: set[int], host: Compute | None) -> str | Non
     return "inference" if host is not None and nodes else None
 
 
+def unread_values(ctx: Context, steps: tuple[Step, ...]) -> frozenset[int]:
+    """The nodes whose values nothing reads. A loss computed with its gradient (`loss_grads`:
+    one vjp) re-runs the ops on its path rather than read its inputs; so what only such a
+    loss reads, and what only nodes like these read, need not be computed, unless it is an
+    output or a re-run reads it. One XLA program drops such ops by itself, but a segment
+    returning them to the next (where the loss is) cannot: A2C's segment before its gradient
+    would compute the critic over the whole rollout for nothing. A loss counts only where
+    its gradient is in the same segment (the same step list, with no loop, host op or other
+    gradient between them), where it is sure to be computed with it."""
+    losses = set()
+
+    def visit(steps: tuple[Step, ...]) -> None:
+        at = {s.node: k for k, s in enumerate(steps) if isinstance(s, Compute)}
+        for loss, grad in ctx.loss_grads.items():
+            if loss in at and grad in at and at[loss] < at[grad] and all(
+                isinstance(s, Compute) and not has_host(ctx.graph, s)
+                and ctx.graph[s.node].op != "grad" for s in steps[at[loss] + 1 : at[grad]]
+            ):  # fmt: skip
+                losses.add(loss)
+        for step in steps:
+            if isinstance(step, Loop):
+                visit(step.body)
+
+    visit(steps)
+    read = ctx.outputs.union(*ctx.grad_reads.values(), losses)
+    unread = _ancestors(ctx.graph, losses) - read
+    while dropped := {n for n in unread if not _readers_within(ctx.consumers[n], unread, losses)}:
+        unread -= dropped
+    return frozenset(unread)
+
+
+def _readers_within(consumers: list[int], unread: set[int], losses: set[int]) -> bool:
+    return all(c in unread or c in losses for c in consumers)
+
+
+def _ancestors(graph: Graph, nodes: set[int]) -> set[int]:
+    seen, stack = set(), list(nodes)
+    while stack:
+        for edge in graph[stack.pop()].all_edges():
+            if edge.node not in seen:
+                seen.add(edge.node)
+                stack.append(edge.node)
+    return seen
+
+
 def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
     """The nodes computed by a segment that anything after it reads: other nodes, the
     program's outputs, a gradient's re-run, or (unless the segment moves them) the windows."""
     later_grads = [reads for g, reads in ctx.grad_reads.items() if g not in nodes]
     return {
-        n for n in nodes
+        n for n in nodes - ctx.unread
         if any(c not in nodes for c in ctx.consumers[n])
         or n in ctx.outputs
         or any(n in reads for reads in later_grads)
@@ -235,9 +282,10 @@ def _cuts(ctx: Context, steps: list[Step]) -> set[int]:
     before the loops too, that point compiled to a peak of 132–139 MiB above the idle process
     instead of 141–150, and ran 0–6% slower. What follows the last gradient (the optimizer's
     update, metrics) is small, and every segment costs a call per iteration. A gradient
-    recomputes the values of its path that an earlier segment computed (a critic's values
-    for the advantages), which one XLA program would have merged: part of what segmenting
-    costs."""
+    recomputes the values of its path that an earlier segment computed and passed on for
+    other readers (a critic's values for GAE with lambda < 1), which one XLA program would
+    have merged: part of what segmenting costs. What only the gradient's re-run reads, no
+    segment computes (`unread_values`)."""
     grads = [k for k, step in enumerate(steps)
              if isinstance(step, Compute) and ctx.graph[step.node].op == "grad"]  # fmt: skip
     if not grads:
