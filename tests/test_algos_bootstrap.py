@@ -26,7 +26,7 @@ CASES = [
 
 def _run(env_id: str, steps: int, outputs) -> dict:
     """Three iterations of an actor-critic's rollouts (other parameters each iteration) and
-    the tensors `outputs(prog, model, params_i, step, value)` names, per iteration."""
+    the tensors `outputs(prog, model, params_i, rollout, value)` names, per iteration."""
     cfg = A2CConfig(env=env_id, num_envs=4, num_steps=steps, total_steps=4 * steps * 3,
                     hidden_size=8).validate()  # fmt: skip
     env = make_env(cfg)
