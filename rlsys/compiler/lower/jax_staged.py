@@ -39,7 +39,6 @@ from jax.sharding import PartitionSpec
 
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.heap import release_freed_heap
-from rlsys.compiler.ir import Graph
 from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
@@ -55,6 +54,7 @@ from rlsys.compiler.lower.jax import (
 from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
 from rlsys.compiler.lower.packing import PackedStacks, Packing, nbytes
 from rlsys.compiler.lower.profiled import profiled_call
+from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.schedule import Compute, Loop, Step
 from rlsys.compiler.stages import has_host
 
@@ -239,7 +239,7 @@ def unread_values(ctx: Context, steps: tuple[Step, ...]) -> frozenset[int]:
 
     visit(steps)
     read = ctx.outputs.union(*ctx.grad_reads.values(), losses)
-    unread = _ancestors(ctx.graph, losses) - read
+    unread = needed_nodes(ctx.graph, losses) - read  # what the losses depend on
     while dropped := {n for n in unread if not _readers_within(ctx.consumers[n], unread, losses)}:
         unread -= dropped
     return frozenset(unread)
@@ -247,16 +247,6 @@ def unread_values(ctx: Context, steps: tuple[Step, ...]) -> frozenset[int]:
 
 def _readers_within(consumers: list[int], unread: set[int], losses: set[int]) -> bool:
     return all(c in unread or c in losses for c in consumers)
-
-
-def _ancestors(graph: Graph, nodes: set[int]) -> set[int]:
-    seen, stack = set(), list(nodes)
-    while stack:
-        for edge in graph[stack.pop()].all_edges():
-            if edge.node not in seen:
-                seen.add(edge.node)
-                stack.append(edge.node)
-    return seen
 
 
 def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:

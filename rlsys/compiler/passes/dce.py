@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rlsys.compiler.ir import Graph
 
 
-def needed_nodes(graph: Graph) -> set[int]:
+def needed_nodes(graph: Graph, roots: Iterable[int] | None = None) -> set[int]:
+    """The nodes `roots` (default: the outputs) depend on, the roots included."""
     needed: set[int] = set()
-    stack = [edge.node for _, edge in graph.outputs]
+    stack = [edge.node for _, edge in graph.outputs] if roots is None else list(roots)
     while stack:
         node_id = stack.pop()
         if node_id not in needed:
