@@ -19,7 +19,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH_CPU)
-	$(BIN)/pip install --quiet -e '.[dev,torch,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,bench,atari,mujoco]'
 	touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

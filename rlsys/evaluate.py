@@ -2,9 +2,14 @@
 
 The policy is the one after the last update in DIR's checkpoint; with `normalize_obs` it
 sees observations normalized by the checkpoint's running statistics. Each episode runs in its
-own environment (one batch of N), for at most the environment's episode limit; actions are
-the most likely ones (`--stochastic` samples instead). Evaluation is itself a small
-recurrent-tensor program: the acting loop of training with fixed parameters.
+own environment (one batch of N), for at most the environment's episode limit or
+`--max-steps`; actions are the most likely ones (`--stochastic` samples instead). Evaluation
+is itself a small recurrent-tensor program: the acting loop of training with fixed
+parameters. With a host environment that program keeps every step's observations until it
+ends (about four copies of an observation per step and episode), so a long episode limit
+with large observations (Atari: 27,000 steps of 4x84x84 frames) is refused before it starts
+when that would take more than half the memory available, with the `--max-steps` that
+would not.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +30,9 @@ DESCRIPTION = "Run the trained policy of a `rlsys train` folder and report its r
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="DIR", help="a folder of `rlsys train`")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
+                        help="end each episode after at most N steps (default: the "
+                             "environment's episode limit)")  # fmt: skip
     parser.add_argument("--stochastic", action="store_true",
                         help="sample actions (DQN: ε-greedy with its end_e)")  # fmt: skip
 
@@ -44,13 +53,19 @@ def final_values(algo: str, config, state, names: tuple[str, ...]) -> dict[str, 
 
 
 def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
-             obs_stats: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
-    """The return of each of `episodes` episodes played with `params`; `obs_stats`: the
-    (mean, var) observations are normalized with, as in training (`normalize_obs`)."""
+             obs_stats: tuple[np.ndarray, np.ndarray] | None = None,
+             max_steps: int | None = None) -> np.ndarray:  # fmt: skip
+    """The return of each of `episodes` episodes played with `params`, each for at most
+    `max_steps` (default: the environment's limit); `obs_stats`: the (mean, var)
+    observations are normalized with, as in training (`normalize_obs`)."""
     import rlsys.rt as rt
     from rlsys.algos.common import act, acting_model, make_env
     from rlsys.algos.normalize import Normalizer
 
+    one = make_env(dataclasses.replace(config, num_envs=1))  # its shapes, before N of them
+    steps = one.max_episode_steps if max_steps is None else min(max_steps, one.max_episode_steps)
+    if not one.in_graph:
+        _check_memory(episodes, steps, one.obs_shape)
     env = make_env(dataclasses.replace(config, num_envs=episodes))
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
@@ -65,7 +80,7 @@ def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
         alive[i, b, 0] = 1.0
         alive[i, b, t + 1] = alive * (1.0 - rollout.step.done)
         prog.output("returns", (rollout.step.reward * alive)[i, b, 0:T].sum())
-    bounds = {"I": 1, "B": episodes, "T": env.max_episode_steps}
+    bounds = {"I": 1, "B": episodes, "T": steps}
     return prog.compile(bounds=bounds).run()["returns"][0]
 
 
@@ -75,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise UsageError("--episodes must be at least 1")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UsageError("--max-steps must be at least 1")
     checkpoint = args.run_dir / CHECKPOINT
     if not checkpoint.exists():
         raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}",
@@ -91,11 +108,29 @@ def run(args: argparse.Namespace) -> int:
 
     with compile_cache(args):
         returns = evaluate(config, final["params"], args.episodes, greedy=not args.stochastic,
-                           obs_stats=obs_stats)  # fmt: skip
+                           obs_stats=obs_stats, max_steps=args.max_steps)  # fmt: skip
     print(f"{algo} on {config.env}: mean return {returns.mean():.1f} ± {returns.std():.1f} "
           f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
           "actions)")  # fmt: skip
     return 0
+
+
+OBSERVATION_COPIES = 4  # observations a host acting step keeps per episode (module docstring)
+
+
+def _check_memory(episodes: int, steps: int, obs_shape: tuple[int, ...]) -> None:
+    """Refuse an evaluation whose kept observations would not fit in available memory."""
+    import psutil
+
+    per_step = OBSERVATION_COPIES * episodes * 4 * math.prod(obs_shape)  # float32
+    available = psutil.virtual_memory().available
+    allowed = available // 2  # what else the process holds, and the estimate's error
+    if per_step * steps > allowed:
+        fits = max(1, allowed // per_step)
+        raise UsageError(f"{episodes} episodes of up to {steps:,} steps would keep about "
+                         f"{per_step * steps / 2**30:.1f} GiB of observations, more than half "
+                         f"the {available / 2**30:.1f} GiB available",
+                         hint=f"pass --max-steps {fits} or fewer, or fewer --episodes")  # fmt: skip
 
 
 def _checkpoint_algo(path: Path) -> str:

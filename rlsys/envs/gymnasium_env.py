@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -85,14 +86,22 @@ class GymnasiumEnv:
         """(vector env, single observation space, single action space, episode limit)."""
         import gymnasium as gym
 
+        from rlsys.envs import atari
         from rlsys.envs.same_step_vector import SameStepVector
 
+        make = partial(gym.make, self.env_id)
         try:
-            vector = SameStepVector([lambda: gym.make(self.env_id)] * self.num_envs)
+            if atari.is_atari(self.env_id):
+                atari.register()
+                make = partial(atari.make, self.env_id)
+            vector = SameStepVector([make] * self.num_envs)
         except (gym.error.Error, ValueError) as err:  # ValueError: spaces it cannot batch
             raise RecurrenceError(f"gymnasium environment {self.env_id!r}: {err}") from None
-        spec = vector.spec
-        limit = int(spec.max_episode_steps or 1000) if spec else 1000
+        if atari.is_atari(self.env_id):
+            limit = atari.episode_limit(self.env_id)
+        else:
+            spec = vector.spec
+            limit = int(spec.max_episode_steps or 1000) if spec else 1000
         return vector, vector.single_observation_space, vector.single_action_space, limit
 
     def _reset_vector(self) -> np.ndarray:

@@ -1,0 +1,103 @@
+"""Atari (ale-py) and MuJoCo tasks through `gymnasium:<id>`, and what their large
+observations ask of the compiler and of `rlsys eval`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlsys.cli import main
+from rlsys.envs import GymnasiumEnv, atari
+
+PONG = "ALE/Pong-v5"
+FRAMES = (atari.FRAME_STACK, 84, 84)
+
+
+def _metrics(out: Path) -> list[dict]:
+    with (out / "metrics.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture
+def ale():
+    pytest.importorskip("ale_py", reason="ale-py is not installed (pip install 'rlsys[atari]')")
+    pytest.importorskip("cv2", reason="OpenCV is not installed (pip install 'rlsys[atari]')")
+
+
+def test_atari_frames_come_preprocessed_and_stacked(ale) -> None:
+    env = GymnasiumEnv(PONG, num_envs=2, seed=0)
+    assert (env.obs_shape, env.num_actions) == (FRAMES, 6)
+    assert env.max_episode_steps == 108_000 // atari.FRAME_SKIP  # the game's frame limit
+    obs = env.host_reset()
+    size = math.prod(FRAMES)
+    assert obs.shape == (2, size) and obs.min() >= 0.0 and obs.max() <= 1.0  # scaled
+    packed = env.host_step(np.zeros(2, "int64"))  # NOOP
+    assert packed.shape == (2, 2 * size + 3)
+    assert set(np.unique(packed[:, size])) <= {-1.0, 0.0, 1.0}  # Pong's rewards, unclipped
+
+
+def test_ppo_trains_and_evaluates_on_pong(ale, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", f"gymnasium:{PONG}", "--total-steps", "64",
+            "--num-envs", "2", "--num-steps", "16", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = _metrics(out)
+    assert len(rows) == 2 and all(np.isfinite(float(r["loss"])) for r in rows)
+    capsys.readouterr()
+    assert main(["eval", str(out), "--episodes", "1", "--max-steps", "40"]) == 0
+    line = capsys.readouterr().out
+    assert "ppo on gymnasium:ALE/Pong-v5: mean return" in line and "over 1 episodes" in line
+
+
+def test_an_atari_evaluation_too_large_for_memory_is_refused(ale, tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", f"gymnasium:{PONG}", "--total-steps", "32",
+            "--num-envs", "2", "--num-steps", "16", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    # 27,000 frame stacks of 113 KB, kept four times over, for each of 64 episodes: 780 GB
+    assert main(["eval", str(out), "--episodes", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "GiB of observations" in err and "--max-steps" in err and "Traceback" not in err
+
+
+def test_atari_without_ale_py_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py raises ImportError
+    argv = ["train", "ppo", "--env", f"gymnasium:{PONG}", "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Atari games need ale-py: pip install 'rlsys[atari]'" in err
+    assert "Traceback" not in err
+
+
+def test_a_host_loop_slices_its_large_step_outputs_inside(ale) -> None:
+    """The reward and flags of a packed Atari step are sliced in the acting loop, so the
+    loop keeps those slices, not every step's two frame stacks (`schedule._sink_slices`)."""
+    from rlsys.algos.config import PPOConfig
+    from rlsys.algos.ppo import build_ppo
+
+    config = PPOConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=8, total_steps=32,
+                       num_minibatches=2).validate()  # fmt: skip
+    built = build_ppo(config)
+    rows = built.program.compile(bounds=built.bounds).explain(file=io.StringIO())
+    step = next(r for r in rows if r.op == "gymnasium_step")
+    readers = [r for r in rows if r.op == "slice_axis" and r.decisions == step.decisions]
+    assert len(readers) >= 4  # obs, reward, terminated, truncated (and the final obs)
+
+
+def test_ppo_runs_on_mujoco_with_continuous_actions(tmp_path: Path) -> None:
+    pytest.importorskip("mujoco", reason="MuJoCo is not installed (pip install 'rlsys[mujoco]')")
+    env = GymnasiumEnv("HalfCheetah-v5", num_envs=2, seed=0)
+    assert (env.obs_shape, env.action_shape, env.discrete) == ((17,), (6,), False)
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "gymnasium:HalfCheetah-v5", "--total-steps", "128",
+            "--num-envs", "2", "--num-steps", "32", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = _metrics(out)
+    assert len(rows) == 2 and all(np.isfinite(float(r["loss"])) for r in rows)
