@@ -265,11 +265,12 @@ def _sink_slices(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[S
     The plan vectorizes a slice that no recurrence holds after the loop that made its input,
     so the loop stacks the whole input over its dim. For a host environment's packed step
     output (observation, reward, flags and final observation of every env) that is the
-    loop's length times every frame: evaluating an Atari policy over a 27,000-step episode
-    limit stacked 6 GB for the rewards alone. Sliced inside the loop, only the slices the
-    program reads later are stacked (and the input not at all, if nothing else reads it
-    after the loop). Small values stay as they are: one vectorized slice after the loop
-    costs less than one per step."""
+    loop's length times every frame: evaluating an Atari policy over its 27,000-step episode
+    limit stacked 6 GB per episode to read the rewards and flags after the loop (with the
+    observations it was about 11 frame stacks a step, 4 now: `rlsys/evaluate.py`). Sliced
+    inside the loop, only the slices the program reads later are stacked (and the input not
+    at all, if nothing else reads it after the loop). Small values stay as they are: one
+    vectorized slice after the loop costs less than one per step."""
     result = list(steps)
     for k in range(len(steps)):
         if k >= len(result) or not isinstance(loop := result[k], Loop):
