@@ -66,7 +66,7 @@ def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
     steps = one.max_episode_steps if max_steps is None else min(max_steps, one.max_episode_steps)
     if not one.in_graph:
         _check_memory(episodes, steps, one.obs_shape)
-    env = make_env(dataclasses.replace(config, num_envs=episodes))
+    env = one if episodes == 1 else make_env(dataclasses.replace(config, num_envs=episodes))
     prog = rt.Program(dims=("i", "b", "t"))
     i, b, t = prog.dims
     T = prog.bounds[-1]

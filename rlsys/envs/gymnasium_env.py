@@ -89,17 +89,15 @@ class GymnasiumEnv:
         from rlsys.envs import atari
         from rlsys.envs.same_step_vector import SameStepVector
 
-        make = partial(gym.make, self.env_id)
+        make, limit = partial(gym.make, self.env_id), None
         try:
             if atari.is_atari(self.env_id):
                 atari.register()
-                make = partial(atari.make, self.env_id)
+                make, limit = partial(atari.make, self.env_id), atari.episode_limit(self.env_id)
             vector = SameStepVector([make] * self.num_envs)
         except (gym.error.Error, ValueError) as err:  # ValueError: spaces it cannot batch
             raise RecurrenceError(f"gymnasium environment {self.env_id!r}: {err}") from None
-        if atari.is_atari(self.env_id):
-            limit = atari.episode_limit(self.env_id)
-        else:
+        if limit is None:
             spec = vector.spec
             limit = int(spec.max_episode_steps or 1000) if spec else 1000
         return vector, vector.single_observation_space, vector.single_action_space, limit
