@@ -68,6 +68,9 @@ EXAMPLES = {
     "argmax": lambda: _x().argmax(),
     "discounted_cum_sum": lambda: _x().discounted_cum_sum(0.9, done=_x() > 0.5),
     "matmul": lambda: _x() @ rt.const(np.arange(6, dtype="float32").reshape(3, 2)),
+    "conv2d": lambda: (_x().reshape(3, 1, 1) * _x().reshape(1, 3, 1)).conv2d(
+        rt.const(np.arange(8, dtype="float32").reshape(2, 2, 1, 2)), stride=1
+    ),
     "softmax": lambda: _x().softmax(),
     "log_softmax": lambda: _x().log_softmax(),
     "reshape": lambda: _x().reshape(3, 1),

@@ -17,6 +17,13 @@ from rlsys.envs import GymnasiumEnv, atari
 
 PONG = "ALE/Pong-v5"
 FRAMES = (atari.FRAME_STACK, 84, 84)
+NATURE_TORSO = 1_684_128  # the Nature CNN's convolutions and dense layer (test_cnn.py)
+
+
+def _parameter_vectors(out: Path) -> set[int]:
+    """Sizes of the one-row vectors a checkpoint carries (parameters, optimizer moments)."""
+    with np.load(out / "checkpoint.npz") as saved:
+        return {saved[k].shape[1] for k in saved.files if saved[k].ndim == 2}
 
 
 def _metrics(out: Path) -> list[dict]:
@@ -49,10 +56,27 @@ def test_ppo_trains_and_evaluates_on_pong(ale, tmp_path: Path, capsys) -> None:
     assert main(argv) == 0
     rows = _metrics(out)
     assert len(rows) == 2 and all(np.isfinite(float(r["loss"])) for r in rows)
+    # --network auto took the CNN: torso, actor head (512 -> 6), critic head (512 -> 1)
+    assert NATURE_TORSO + 513 * 6 + 513 in _parameter_vectors(out)
     capsys.readouterr()
     assert main(["eval", str(out), "--episodes", "1", "--max-steps", "40"]) == 0
     line = capsys.readouterr().out
     assert "ppo on gymnasium:ALE/Pong-v5: mean return" in line and "over 1 episodes" in line
+
+
+def test_dqn_trains_and_evaluates_on_pong_through_the_cnn(ale, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "dqn", "--env", f"gymnasium:{PONG}", "--total-steps", "64",
+            "--num-envs", "2", "--num-steps", "16", "--buffer-size", "64",
+            "--learning-starts", "32", "--minibatch-size", "8", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = _metrics(out)
+    assert len(rows) == 2 and np.isfinite(float(rows[-1]["loss"]))
+    assert NATURE_TORSO + 513 * 6 in _parameter_vectors(out)  # torso and Q-head (512 -> 6)
+    capsys.readouterr()
+    assert main(["eval", str(out), "--episodes", "1", "--max-steps", "40"]) == 0
+    assert "dqn on gymnasium:ALE/Pong-v5: mean return" in capsys.readouterr().out
 
 
 def test_an_atari_evaluation_too_large_for_memory_is_refused(ale, tmp_path, capsys) -> None:

@@ -85,6 +85,9 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
         (["train", "a2c", "--devices", "3", *SMALL], "use_cpu_devices(3)"),
         (["train", "dqn", "--env", "gymnax:Pendulum-v1", *SMALL], "dqn needs discrete actions"),
         (["train", "dqn", "--env", "trivial:4", *SMALL], "dqn needs discrete actions"),
+        (["train", "ppo", "--network", "cnn", *SMALL], "--network cnn needs image observations"),
+        (["train", "a2c", "--network", "cnn", "--env", "trivial:3x20x20", *SMALL], "36x36"),
+        (["train", "a2c", "--network", "resnet"], "--network 'resnet': choose auto, mlp, cnn"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 import rlsys.rt as rt
 from rlsys.envs import EnvpoolEnv, GymnasiumEnv, GymnaxEnv, TrivialEnv
+from rlsys.errors import UsageError
 
 Env = GymnaxEnv | TrivialEnv | GymnasiumEnv  # EnvpoolEnv is a GymnasiumEnv
 
@@ -48,26 +49,46 @@ def make_env(cfg) -> Env:
     return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
 
 
+def conv_torso(env: Env, cfg, seed: int):
+    """The CNN torso the networks read observations with (`cfg.network`), or None."""
+    shape = env.obs_shape
+    image = len(shape) == 3 and min(shape[1:]) >= rt.nn.smallest_image_side()
+    if cfg.network == "cnn" and not image:
+        raise UsageError(f"--network cnn needs image observations (C, H, W) of at least "
+                         f"{rt.nn.smallest_image_side()}x{rt.nn.smallest_image_side()}; "
+                         f"{cfg.env} observes {shape}",
+                         hint="use --network mlp (or auto) for this environment")  # fmt: skip
+    if cfg.network == "cnn" or (cfg.network == "auto" and image):
+        return rt.nn.ConvTorso(shape, seed=seed)
+    return None
+
+
 class ActorCritic:
-    """Policy and value MLPs (tanh) whose weights are slices of one parameter vector:
-    actor | critic | log_std (continuous actions only). `initial` is that vector at init.
-    `obs_norm` (a `normalize.Normalizer`), when given, normalizes the observation vectors
-    both networks see."""
+    """Policy and value networks whose weights are slices of one parameter vector:
+    actor | critic | log_std (continuous actions only) | torso (CNN only). With an MLP
+    (tanh) the two networks are separate; with a CNN they share its torso and are one layer
+    each on its features, as in CleanRL's and SB3's Atari PPO. `initial` is that vector at
+    init. `obs_norm` (a `normalize.Normalizer`), when given, normalizes the observation
+    vectors the networks see."""
 
     def __init__(self, env: Env, cfg, obs_norm=None) -> None:
         self.env = env
         self.obs_norm = obs_norm
-        obs_size = math.prod(env.obs_shape)
         outputs = env.num_actions if env.discrete else math.prod(env.action_shape)
-        hidden = (cfg.hidden_size,) * cfg.hidden_layers
-        self.actor = rt.nn.MLP((obs_size, *hidden, outputs), output_gain=0.01, seed=cfg.seed,
+        self.torso = conv_torso(env, cfg, seed=cfg.seed + 2)
+        if self.torso is None:
+            inputs, hidden = math.prod(env.obs_shape), (cfg.hidden_size,) * cfg.hidden_layers
+        else:
+            inputs, hidden = self.torso.features, ()
+        self.actor = rt.nn.MLP((inputs, *hidden, outputs), output_gain=0.01, seed=cfg.seed,
                                own_params=False)  # fmt: skip
-        self.critic = rt.nn.MLP((obs_size, *hidden, 1), output_gain=1.0, seed=cfg.seed + 1,
+        self.critic = rt.nn.MLP((inputs, *hidden, 1), output_gain=1.0, seed=cfg.seed + 1,
                                 own_params=False)  # fmt: skip
         log_std = np.zeros(0 if env.discrete else outputs, "float32")
-        self.initial = np.concatenate([self.actor.initial, self.critic.initial, log_std])
-        sizes = [self.actor.initial.size, self.critic.initial.size, log_std.size]
-        self.cuts = [int(c) for c in np.cumsum(sizes)]
+        torso = np.zeros(0, "float32") if self.torso is None else self.torso.initial
+        pieces = [self.actor.initial, self.critic.initial, log_std, torso]
+        self.initial = np.concatenate(pieces)
+        self.cuts = [int(c) for c in np.cumsum([p.size for p in pieces])]
 
     def vectors(self, obs):
         """Observations as vectors (image-shaped observations are flattened)."""
@@ -76,20 +97,25 @@ class ActorCritic:
         lead = obs.shape[: len(obs.shape) - len(self.env.obs_shape)]
         return obs.reshape(*lead, math.prod(self.env.obs_shape))
 
-    def features(self, obs):
-        """What the networks see: observation vectors, normalized if the model has
-        `obs_norm`."""
+    def features(self, params, obs):
+        """What the heads see: observation vectors, normalized if the model has `obs_norm`,
+        through the CNN torso if it has one. (The policy and the value build the same torso
+        nodes from the same inputs; the compiler's CSE keeps one.)"""
         obs = self.vectors(obs)
-        return obs if self.obs_norm is None else self.obs_norm(obs)
+        obs = obs if self.obs_norm is None else self.obs_norm(obs)
+        if self.torso is None:
+            return obs
+        return self.torso(obs, params.slice_axis(self.cuts[2], self.cuts[3]))
 
     def policy(self, params, obs):
-        out = self.actor(self.features(obs), params.slice_axis(0, self.cuts[0]))
+        out = self.actor(self.features(params, obs), params.slice_axis(0, self.cuts[0]))
         if self.env.discrete:
             return rt.Categorical(out)
         return rt.DiagGaussian(out, params.slice_axis(self.cuts[1], self.cuts[2]))
 
     def value(self, params, obs):
-        out = self.critic(self.features(obs), params.slice_axis(self.cuts[0], self.cuts[1]))
+        features = self.features(params, obs)
+        out = self.critic(features, params.slice_axis(self.cuts[0], self.cuts[1]))
         return out.reshape(out.shape[:-1])
 
 

@@ -8,6 +8,7 @@ from rlsys.errors import UsageError
 
 ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
 SEGMENTED = {"no": False, "yes": True, "auto": "auto"}  # --segmented -> compile(segmented=)
+NETWORKS = ("auto", "mlp", "cnn")
 
 
 @dataclass
@@ -37,6 +38,11 @@ class CommonConfig:
     """Units per hidden layer of the networks (the actor and critic MLPs: tanh)."""
     hidden_layers: int = 2
     """Hidden layers of the networks."""
+    network: str = "auto"
+    """What reads the observations: "mlp" (hidden_size x hidden_layers on the flattened
+    observation), "cnn" (the Atari network of Mnih et al. 2015: three convolutions and a
+    dense layer of 512, shared by actor and critic, over images (C, H, W) of at least 36x36;
+    the heads on top are single layers) or "auto" (cnn for such images, else mlp)."""
     seed: int = 0
     """Seed of parameters, actions, environments and minibatch order."""
     iterations_per_call: int = 10
@@ -91,6 +97,8 @@ class CommonConfig:
             )
         if self.checkpoint_every < 0:
             raise UsageError("--checkpoint-every must be 0 or more")
+        if self.network not in NETWORKS:
+            raise UsageError(f"--network {self.network!r}: choose {', '.join(NETWORKS)}")
         if self.segmented not in SEGMENTED:
             raise UsageError(f"--segmented {self.segmented!r}: choose {', '.join(SEGMENTED)}")
         if self.devices != "auto" and not (self.devices.isdigit() and int(self.devices) >= 1):

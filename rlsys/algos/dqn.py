@@ -26,7 +26,14 @@ import math
 import numpy as np
 
 import rlsys.rt as rt
-from rlsys.algos.common import AlgoProgram, act, annealed, make_env, output_episode_stats
+from rlsys.algos.common import (
+    AlgoProgram,
+    act,
+    annealed,
+    conv_torso,
+    make_env,
+    output_episode_stats,
+)
 from rlsys.algos.config import DQNConfig
 from rlsys.errors import UsageError
 
@@ -49,8 +56,10 @@ class EpsilonGreedy:
 
 
 class QNetwork:
-    """An MLP (relu) from observations to one Q-value per action; `initial` is its parameter
-    vector at init. `epsilon` (a number or tensor) is what `policy` explores with."""
+    """An MLP (relu) from observations to one Q-value per action, or with `--network cnn`
+    (images) one layer on the features of a CNN torso, as CleanRL's Atari DQN; `initial`
+    is the parameter vector at init (head | torso). `epsilon` (a number or tensor) is what
+    `policy` explores with."""
 
     def __init__(self, env, cfg) -> None:
         if not env.discrete:
@@ -59,10 +68,15 @@ class QNetwork:
                              hint="use ppo, a2c or reinforce for continuous actions")  # fmt: skip
         self.env = env
         self.obs_size = math.prod(env.obs_shape)
-        hidden = (cfg.hidden_size,) * cfg.hidden_layers
-        self.mlp = rt.nn.MLP((self.obs_size, *hidden, env.num_actions), activation="relu",
-                             seed=cfg.seed, own_params=False)  # fmt: skip
-        self.initial = self.mlp.initial
+        self.torso = conv_torso(env, cfg, seed=cfg.seed + 1)
+        if self.torso is None:
+            inputs, hidden = self.obs_size, (cfg.hidden_size,) * cfg.hidden_layers
+        else:
+            inputs, hidden = self.torso.features, ()
+        self.head = rt.nn.MLP((inputs, *hidden, env.num_actions), activation="relu",
+                              seed=cfg.seed, own_params=False)  # fmt: skip
+        torso = np.zeros(0, "float32") if self.torso is None else self.torso.initial
+        self.initial = np.concatenate([self.head.initial, torso])
         self.epsilon = cfg.end_e
 
     def flat(self, obs):
@@ -71,7 +85,11 @@ class QNetwork:
         return obs.reshape(*lead, self.obs_size)
 
     def q_values(self, params, obs_vectors):
-        return self.mlp(obs_vectors, params)
+        if self.torso is None:
+            return self.head(obs_vectors, params)
+        cut = self.head.initial.size
+        features = self.torso(obs_vectors, params.slice_axis(cut, self.initial.size))
+        return self.head(features, params.slice_axis(0, cut))
 
     def policy(self, params, obs) -> EpsilonGreedy:
         return EpsilonGreedy(self.q_values(params, self.flat(obs)), self.epsilon)

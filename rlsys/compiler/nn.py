@@ -101,3 +101,80 @@ class MLP:
             if k < len(layers) - 1:
                 h = h.tanh() if self.activation == "tanh" else h.relu()
         return h
+
+
+# The convolutions of Mnih et al. 2015 (DQN's "Nature" network, also CleanRL's and SB3's
+# Atari policies): (channels out, kernel side, stride), then one dense layer.
+NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+NATURE_DENSE = 512
+
+
+def smallest_image_side(convs=NATURE_CONVS) -> int:
+    """The least height and width of images the convolutions map to at least 1x1."""
+    side = 1
+    for _, kernel, stride in reversed(convs):
+        side = (side - 1) * stride + kernel
+    return side
+
+
+class ConvTorso:
+    """Convolutions (relu) over image observations (C, H, W), then a dense layer (relu):
+    features for the heads an algorithm puts on top. Like `MLP(own_params=False)`, it reads
+    its weights from a slice of a larger parameter vector; `initial` is that slice at init
+    (orthogonal, gain sqrt(2), zero biases, as CleanRL's Atari networks). It takes images or
+    their flattened vectors (what a replay buffer or an observation normalizer holds), and
+    moves channels last once, at the start: the layout `conv2d` runs fastest in."""
+
+    def __init__(self, image_shape: Sequence[int], convs=NATURE_CONVS, dense=NATURE_DENSE,
+                 seed: int = 0) -> None:  # fmt: skip
+        self.image_shape = tuple(int(n) for n in image_shape)
+        self.convs = tuple(tuple(int(n) for n in c) for c in convs)
+        channels, height, width = self.image_shape
+        for out, side, stride in self.convs:
+            if side > min(height, width):
+                raise ValueError(f"a {side}x{side} convolution does not fit the "
+                                 f"{height}x{width} maps of images {self.image_shape}")  # fmt: skip
+            height, width = (height - side) // stride + 1, (width - side) // stride + 1
+            channels = out
+        self.flat_size = channels * height * width
+        self.features = int(dense)
+        self.initial = self._initial_parameters(seed)
+
+    @property
+    def shapes(self) -> list[tuple[tuple[int, ...], int]]:
+        """(weight shape, bias size) of each layer: HWIO kernels, then the dense layer."""
+        shapes, channels = [], self.image_shape[0]
+        for out, side, _ in self.convs:
+            shapes.append(((side, side, channels, out), out))
+            channels = out
+        return [*shapes, ((self.flat_size, self.features), self.features)]
+
+    def _initial_parameters(self, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        pieces = []
+        for shape, bias in self.shapes:
+            # A kernel is orthogonal as the (KH*KW*C, O) matrix of its patches to outputs.
+            fan_in, fan_out = math.prod(shape[:-1]), shape[-1]
+            weight = orthogonal(rng, fan_in, fan_out, math.sqrt(2.0)).reshape(shape)
+            pieces += [weight.astype("float32").ravel(), np.zeros(bias, "float32")]
+        return np.concatenate(pieces)
+
+    def __call__(self, x: RecurrentTensor, params: RecurrentTensor) -> RecurrentTensor:
+        """Features (..., dense) of images x (..., C, H, W) or of their vectors (..., C*H*W)."""
+        rank = 1 if len(x.shape) and x.shape[-1] == math.prod(self.image_shape) else 3
+        lead = x.shape[: len(x.shape) - rank]
+        h = x.reshape(*lead, *self.image_shape) if rank == 1 else x
+        n = len(lead)
+        h = h.transpose(*range(n), n + 1, n + 2, n)  # (..., H, W, C)
+        offset = 0
+        for k, (shape, bias_size) in enumerate(self.shapes):
+            weight = params.slice_axis(offset, offset + math.prod(shape)).reshape(*shape)
+            offset += math.prod(shape)
+            bias = params.slice_axis(offset, offset + bias_size)
+            offset += bias_size
+            if k < len(self.convs):
+                h = h.conv2d(weight, stride=self.convs[k][2]) + bias
+            else:
+                h = h.reshape(*lead, self.flat_size) @ weight + bias
+            h = h.relu()
+        return h

@@ -130,6 +130,11 @@ class RecurrentTensor:
     def __rmatmul__(self, o: Operand) -> RecurrentTensor:
         return self._binary("matmul", o, True)
 
+    def conv2d(self, kernel: Operand, stride: int = 1) -> RecurrentTensor:
+        """These channels-last images (..., H, W, C) convolved, unpadded, by `kernel`
+        (KH, KW, C, O) with `stride`: (..., (H - KH) // stride + 1, (W - KW) // stride + 1, O)."""
+        return self._binary("conv2d", kernel, stride=int(stride))
+
     def __neg__(self) -> RecurrentTensor:
         return self.program.apply("neg", [self])
 

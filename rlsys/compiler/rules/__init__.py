@@ -12,6 +12,7 @@ no `point`: the interpreter and the lowering implement them directly.
 from __future__ import annotations
 
 from rlsys.compiler.rules import (  # noqa: F401  (importing registers the rules)
+    conv,
     elementwise,
     random_ops,
     reduce,
