@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,10 @@ import pytest
 import torch
 
 import rlsys.rt as rt
+from rlsys.algos.config import PPOConfig
+from rlsys.algos.ppo import build_ppo
 from rlsys.cli import main
+from rlsys.compiler.lower.hlo_work import computations
 from rlsys.compiler.nn import ConvTorso, smallest_image_side
 
 
@@ -85,3 +89,30 @@ def test_ppo_learns_from_images_through_the_cnn(tmp_path: Path, capsys) -> None:
         returns = [float(row["episode_return"]) for row in csv.DictReader(handle)]
     assert returns[0] < -20.0
     assert np.mean(returns[-4:]) > -10.0, returns
+
+
+def _convolutions(text: str) -> list[tuple[str, str, bool]]:
+    """(computation, instruction text, whether a library (YNNPACK) fusion calls it) of each
+    convolution in an optimized HLO module."""
+    bodies, _ = computations(text)
+    library = set(re.findall(r"kind=kCustom, calls=%([\w.\-]+)", text))
+    return [(name, instruction, name in library)
+            for name, instructions in bodies.items()
+            for _, instruction in instructions if " convolution(" in instruction]  # fmt: skip
+
+
+def test_a_cnn_programs_convolutions_are_xla_cpus_canonical_eigen_ones() -> None:
+    """Inside the acting and update loops: NHWC images and HWIO kernels (the only form
+    XLA:CPU's Eigen kernel takes there), gradients included, and none handed to YNNPACK
+    (`rlsys/compiler/lower/cpu_convolutions.py`)."""
+    config = PPOConfig(env="trivial:1x84x84:8", num_envs=2, num_steps=8, total_steps=32,
+                       num_minibatches=2, network="cnn").validate()  # fmt: skip
+    built = build_ppo(config)
+    exe = built.program.compile(bounds=built.bounds)
+    (text,) = exe.optimized_hlo().values()
+    found = _convolutions(text)
+    # acting (3), the critic at final observations (3), the update: forward (3), the input
+    # gradients of conv2 and conv3 (2; conv1's input is the observation)
+    assert len(found) == 11
+    for _, instruction, in_library in found:
+        assert "dim_labels=b01f_01io->b01f" in instruction and not in_library, instruction

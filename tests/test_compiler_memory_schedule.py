@@ -14,6 +14,7 @@ from tiny_programs import DOUBLINGS, doubling_program
 
 from rlsys.compiler.lower import jax_staged, memory_schedule
 from rlsys.compiler.lower.backend_options import backend_options
+from rlsys.compiler.lower.cpu_convolutions import CPU_CONVOLUTION_OPTIONS
 from rlsys.compiler.lower.cpu_copies import CPU_COPY_OPTIONS
 from rlsys.compiler.lower.gpu_launch import GPU_LAUNCH_OPTIONS
 from rlsys.compiler.lower.memory_schedule import MEMORY_SCHEDULER, compile_frugally
@@ -49,28 +50,29 @@ class _Lowered:
         return _Compiled(self.frugal if frugal else self.default, compiler_options)
 
 
-WITH_SCHEDULER = {**CPU_COPY_OPTIONS, **MEMORY_SCHEDULER}
+CPU_OPTIONS = {**CPU_COPY_OPTIONS, **CPU_CONVOLUTION_OPTIONS}  # what every CPU program gets
+WITH_SCHEDULER = {**CPU_OPTIONS, **MEMORY_SCHEDULER}
 
 
 def test_small_temporaries_are_compiled_once_as_xla_would() -> None:
     lowered = _Lowered(default=100 * MiB, frugal=50 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [CPU_COPY_OPTIONS]
-    assert compiled.options == CPU_COPY_OPTIONS
+    assert lowered.calls == [CPU_OPTIONS]
+    assert compiled.options == CPU_OPTIONS
 
 
 def test_large_temporaries_keep_the_memory_scheduler_when_it_needs_fewer() -> None:
     lowered = _Lowered(default=382 * MiB, frugal=318 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [CPU_COPY_OPTIONS, WITH_SCHEDULER]
+    assert lowered.calls == [CPU_OPTIONS, WITH_SCHEDULER]
     assert compiled.options == WITH_SCHEDULER
 
 
 def test_large_temporaries_keep_the_default_when_the_memory_scheduler_needs_as_many() -> None:
     lowered = _Lowered(default=200 * MiB, frugal=200 * MiB)
     compiled = compile_frugally(lowered)
-    assert lowered.calls == [CPU_COPY_OPTIONS, WITH_SCHEDULER]
-    assert compiled.options == CPU_COPY_OPTIONS
+    assert lowered.calls == [CPU_OPTIONS, WITH_SCHEDULER]
+    assert compiled.options == CPU_OPTIONS
 
 
 def test_a_real_program_compiled_with_the_memory_scheduler_computes_the_same(monkeypatch) -> None:
@@ -98,7 +100,7 @@ def test_on_a_gpu_programs_are_compiled_once_with_the_launch_options(monkeypatch
 
 def test_each_backend_gets_its_own_options(monkeypatch) -> None:
     assert jax.default_backend() == "cpu"  # the test suite runs on the CPU
-    assert backend_options() == CPU_COPY_OPTIONS
+    assert backend_options() == CPU_OPTIONS
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert backend_options() == GPU_LAUNCH_OPTIONS
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
@@ -111,7 +113,7 @@ def test_segments_are_compiled_with_the_backend_options(monkeypatch) -> None:
 
     def options() -> dict[str, object]:
         asked.append(1)
-        return dict(CPU_COPY_OPTIONS)
+        return dict(CPU_OPTIONS)
 
     monkeypatch.setattr(jax_staged, "backend_options", options)
     exe = doubling_program().compile(bounds={"T": 4}, segmented=True)
