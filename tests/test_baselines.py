@@ -82,6 +82,21 @@ def test_sb3_runs(baselines):
     _check(result, baselines("").RESULT_KEYS)
 
 
+@pytest.mark.parametrize("name", ["cleanrl_style_ppo", "sb3_ppo"])
+def test_the_torch_baselines_run_atari_through_the_nature_cnn(baselines, name: str):
+    """One iteration of 2 envs x 32 steps on Pong (the `ppo_atari` case); Pong's rewards are
+    -1, 0 or 1 per step, and no episode ends that soon."""
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    pytest.importorskip("stable_baselines3")
+    from benchmarks.baselines import Hyper
+
+    hyper = Hyper(num_envs=2, num_steps=32)
+    result = baselines(name).train(64, seed=0, hyper=hyper, env_id="ALE/Pong-v5")
+    assert result["iterations"] == 1 and result["env_steps"] == 64
+    assert math.isnan(result["final_return"]) and result["run_seconds"] > 0.0
+
+
 def test_the_case_has_the_four_systems_and_sb3_as_baseline():
     case = load_case(ROOT / "benchmarks" / "cases", "ppo_cartpole")
     assert case.system_names == ["rlsys-ppo", "purejaxrl-style", "cleanrl-style", "sb3"]

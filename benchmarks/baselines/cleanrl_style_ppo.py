@@ -12,6 +12,10 @@ not expect. We ask for `AutoresetMode.SAME_STEP`, the 0.29 behaviour CleanRL ass
 step that ends an episode already returns the first observation of the next one, so every
 transition stored is a real one. As in CleanRL, `done = terminated or truncated` ends the
 GAE recursion and the bootstrap (truncated episodes are not bootstrapped).
+
+With an Atari id (`ALE/...`, the `ppo_atari` case) the environments are rlsys's
+preprocessed games (`rlsys/envs/atari.py`, so both systems step the same frames) and the
+agent is CleanRL's `ppo_atari.py` network: the Nature CNN shared by a linear actor and critic.
 """
 
 from __future__ import annotations
@@ -38,10 +42,28 @@ def _layer(fan_in: int, fan_out: int, gain: float) -> nn.Linear:
     return layer
 
 
+def _conv(channels: int, out: int, side: int, stride: int) -> nn.Conv2d:
+    layer = nn.Conv2d(channels, out, side, stride)
+    nn.init.orthogonal_(layer.weight, math.sqrt(2.0))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
 class Agent(nn.Module):
-    def __init__(self, obs_size: int, num_actions: int, hidden: int) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden: int) -> None:
         super().__init__()
         root2 = math.sqrt(2.0)
+        if len(obs_shape) == 3:  # images: CleanRL's ppo_atari.py network
+            self.torso = nn.Sequential(
+                _conv(obs_shape[0], 32, 8, 4), nn.ReLU(),
+                _conv(32, 64, 4, 2), nn.ReLU(),
+                _conv(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
+                _layer(64 * 7 * 7, 512, root2), nn.ReLU(),
+            )  # fmt: skip
+            self.critic, self.actor = _layer(512, 1, 1.0), _layer(512, num_actions, 0.01)
+            return
+        self.torso = nn.Identity()
+        obs_size = math.prod(obs_shape)
 
         def trunk(outputs: int, gain: float) -> nn.Sequential:
             return nn.Sequential(
@@ -54,25 +76,36 @@ class Agent(nn.Module):
         self.actor = trunk(num_actions, 0.01)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(self.torso(obs)).squeeze(-1)
 
     def act(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         """(action, its log-probability, the policy's entropy, the value) for `obs`."""
-        dist = torch.distributions.Categorical(logits=self.actor(obs))
+        features = self.torso(obs)
+        dist = torch.distributions.Categorical(logits=self.actor(features))
         if action is None:
             action = dist.sample()
-        return action, dist.log_prob(action), dist.entropy(), self.value(obs)
+        return action, dist.log_prob(action), dist.entropy(), self.critic(features).squeeze(-1)
 
 
-def make_envs(num_envs: int) -> gym.vector.SyncVectorEnv:
+def env_maker(env_id: str):
+    """A function making one environment: an Atari id's preprocessed game, else gym.make."""
+    from rlsys.envs import atari
+
+    if atari.is_atari(env_id):
+        atari.register()
+        return lambda: atari.make(env_id)
+    return lambda: gym.make(env_id)
+
+
+def make_envs(num_envs: int, env_id: str = ENV_ID) -> gym.vector.SyncVectorEnv:
     return gym.vector.SyncVectorEnv(
-        [lambda: gym.make(ENV_ID) for _ in range(num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        [env_maker(env_id)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
 
 
 def train(total_steps: int, seed: int, *, target: float | None = None,
-          clock_start: float | None = None, hyper: Hyper = HYPER) -> dict[str, Any]:  # fmt: skip
+          clock_start: float | None = None, hyper: Hyper = HYPER,
+          env_id: str = ENV_ID) -> dict[str, Any]:  # fmt: skip
     """Train for `total_steps` env steps (whole iterations), stopping early once `target` is
     met; see `Progress.result` for the keys. `compile_seconds` is the setup (envs, agent)."""
     began = time.perf_counter()
@@ -81,13 +114,13 @@ def train(total_steps: int, seed: int, *, target: float | None = None,
     np.random.seed(seed)
     torch.manual_seed(seed)
     progress = Progress(hyper.batch_size, target=target, clock_start=clock_start)
-    envs = make_envs(hyper.num_envs)
-    obs_size = math.prod(envs.single_observation_space.shape)
-    agent = Agent(obs_size, envs.single_action_space.n, hyper.hidden)
+    envs = make_envs(hyper.num_envs, env_id)
+    obs_shape = tuple(envs.single_observation_space.shape)
+    agent = Agent(obs_shape, envs.single_action_space.n, hyper.hidden)
     optimizer = torch.optim.Adam(agent.parameters(), lr=hyper.learning_rate, eps=hyper.adam_eps)
     num_iterations = hyper.iterations(total_steps)
     T, N = hyper.num_steps, hyper.num_envs
-    obs = torch.zeros((T, N, obs_size))
+    obs = torch.zeros((T, N, *obs_shape))
     actions = torch.zeros((T, N), dtype=torch.long)
     log_probs, rewards, dones, values = (torch.zeros((T, N)) for _ in range(4))
     running = np.zeros(N)
@@ -133,7 +166,7 @@ def train(total_steps: int, seed: int, *, target: float | None = None,
                 advantages[t] = gae
             returns = advantages + values
 
-        b_obs = obs.reshape(-1, obs_size)
+        b_obs = obs.reshape(-1, *obs_shape)
         b_actions, b_log_probs = actions.reshape(-1), log_probs.reshape(-1)
         b_advantages, b_returns, b_values = (
             advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)

@@ -11,6 +11,11 @@ torch thread, CPU. Where SB3 differs from CleanRL/PureJaxRL even with the same n
 * the learning rate is annealed by SB3's `progress_remaining` (env steps done / total),
   updated once per rollout, rather than by the iteration index.
 
+With an Atari id (`ALE/...`, the `ppo_atari` case) the environments are rlsys's
+preprocessed games (`rlsys/envs/atari.py`, frames already scaled to [0, 1], so
+`normalize_images=False`) and the policy `PPO("CnnPolicy")`: the Nature CNN shared by a
+linear actor and critic.
+
 A callback sums the returns of the episodes that ended in each rollout (from `Monitor`'s
 `info["episode"]`) and stops training once the target is met.
 """
@@ -27,6 +32,8 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import Logger
 
 from benchmarks.baselines import HYPER, Hyper, Progress
+from benchmarks.baselines.cleanrl_style_ppo import env_maker
+from rlsys.envs import atari
 
 ENV_ID = "CartPole-v1"
 
@@ -69,16 +76,24 @@ class _Returns(BaseCallback):
 
 
 def train(total_steps: int, seed: int, *, target: float | None = None,
-          clock_start: float | None = None, hyper: Hyper = HYPER) -> dict[str, Any]:  # fmt: skip
+          clock_start: float | None = None, hyper: Hyper = HYPER,
+          env_id: str = ENV_ID) -> dict[str, Any]:  # fmt: skip
     """Train for `total_steps` env steps (whole rollouts), stopping early once `target` is
     met; see `Progress.result` for the keys. `compile_seconds` is the setup (envs, model)."""
     began = time.perf_counter()
     torch.set_num_threads(1)
     progress = Progress(hyper.batch_size, target=target, clock_start=clock_start)
-    env = make_vec_env(ENV_ID, n_envs=hyper.num_envs, seed=seed)
+    images = atari.is_atari(env_id)
+    env = make_vec_env(env_maker(env_id), n_envs=hyper.num_envs, seed=seed)
     lr = hyper.learning_rate
+    policy_kwargs = {"ortho_init": True, "optimizer_kwargs": {"eps": hyper.adam_eps}}
+    if images:
+        policy_kwargs["normalize_images"] = False
+    else:
+        policy_kwargs["net_arch"] = {"pi": [hyper.hidden] * 2, "vf": [hyper.hidden] * 2}
+        policy_kwargs["activation_fn"] = torch.nn.Tanh
     model = PPO(
-        "MlpPolicy",
+        "CnnPolicy" if images else "MlpPolicy",
         env,
         learning_rate=lambda remaining: lr * remaining,
         n_steps=hyper.num_steps,
@@ -92,12 +107,7 @@ def train(total_steps: int, seed: int, *, target: float | None = None,
         ent_coef=hyper.ent_coef,
         vf_coef=hyper.vf_coef,
         max_grad_norm=hyper.max_grad_norm,
-        policy_kwargs={
-            "net_arch": {"pi": [hyper.hidden] * 2, "vf": [hyper.hidden] * 2},
-            "activation_fn": torch.nn.Tanh,
-            "ortho_init": True,
-            "optimizer_kwargs": {"eps": hyper.adam_eps},
-        },
+        policy_kwargs=policy_kwargs,
         seed=seed,
         device="cpu",
         verbose=0,
