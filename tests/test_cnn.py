@@ -4,6 +4,7 @@ network's shapes and initialization, and PPO learning through it from images."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from pathlib import Path
@@ -116,3 +117,17 @@ def test_a_cnn_programs_convolutions_are_xla_cpus_canonical_eigen_ones() -> None
     assert len(found) == 11
     for _, instruction, in_library in found:
         assert "dim_labels=b01f_01io->b01f" in instruction and not in_library, instruction
+
+
+def test_ppo_gathers_each_minibatch_of_frames_inside_its_update_loop() -> None:
+    """The frames of update u are gathered (and moved channels last) in update u, not all
+    updates' before the loop (`schedule._sink_inputs`); small minibatch values (actions,
+    advantages, ...) stay gathered at once."""
+    config = PPOConfig(env="trivial:1x84x84:8", num_envs=2, num_steps=8, total_steps=32,
+                       num_minibatches=2, network="cnn").validate()  # fmt: skip
+    built = build_ppo(config)
+    rows = built.program.compile(bounds=built.bounds).explain(file=io.StringIO())
+    over_u = [r for r in rows if "u" in r.decisions and r.op in ("take", "transpose")]
+    in_loop = [r.op for r in over_u if r.decisions["u"] == "scan"]
+    assert sorted(in_loop) == ["take", "transpose"]
+    assert len(over_u) > len(in_loop)
