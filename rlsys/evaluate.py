@@ -48,7 +48,17 @@ def final_values(algo: str, config, state, names: tuple[str, ...]) -> dict[str, 
     for node in graph:
         if node.name in names:
             update = next(b for b in node.branches if int(b.region[0][0].evaluate({})) == 1)
-            values[node.name] = np.asarray(state.carry[str(update.edge.node)][0])
+            saved = state.carry.get(str(update.edge.node))
+            if saved is None or tuple(np.shape(saved)[1:]) != tuple(node.shape):
+                raise UsageError(
+                    f"the checkpoint's {node.name} does not match the {algo} program its "
+                    f"config.toml builds (expected shape {tuple(node.shape)}, saved "
+                    f"{'none' if saved is None else tuple(np.shape(saved)[1:])}): the folder "
+                    "was written by another configuration or rlsys version",
+                    hint="evaluate a run written by this rlsys, or set the options it was "
+                    "trained with in its config.toml (e.g. --network)",
+                )
+            values[node.name] = np.asarray(saved[0])
     return values
 
 

@@ -286,6 +286,24 @@ def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
     assert "holds no checkpoint.npz" in capsys.readouterr().err
 
 
+def test_eval_of_a_checkpoint_its_config_does_not_build_is_one_line(tmp_path, capsys) -> None:
+    """A run trained with the MLP on images whose config.toml no longer says so (a folder
+    from before `--network`, whose default now reads images with the CNN)."""
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "trivial:1x36x36:8", "--network", "mlp",
+            "--total-steps", "128", "--num-envs", "4", "--num-steps", "32", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    config = out / "config.toml"
+    lines = config.read_text().splitlines(keepends=True)
+    config.write_text("".join(line for line in lines if not line.startswith("network")))
+    capsys.readouterr()
+    assert main(["eval", str(out), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "the checkpoint's params does not match the ppo program" in err
+    assert "Traceback" not in err
+
+
 # DQN: 128 iterations of 4 envs x 32 steps, 32 gradient steps each; a checkpoint at 64.
 DQN = ["train", "dqn", "--env", "gymnax:CartPole-v1", "--total-steps", "16384",
        "--iterations-per-call", "8", "--checkpoint-every", "64", "--quiet"]  # fmt: skip
