@@ -1,4 +1,5 @@
-"""Packing named arrays into one buffer per dtype (`rlsys/compiler/lower/packing.py`)."""
+"""Packing named arrays into one buffer per dtype, large ones into their own
+(`rlsys/compiler/lower/packing.py`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlsys.compiler.lower.packing import PackedStacks, Packing
+from rlsys.compiler.lower.packing import OWN_BUFFER_BYTES, PackedStacks, Packing
 
 
 def _arrays() -> dict:
@@ -33,18 +34,36 @@ def test_arrays_round_trip_through_one_buffer_per_dtype() -> None:
         np.testing.assert_array_equal(back[key], array)
 
 
+def test_a_large_array_gets_a_buffer_of_its_own_which_unpacks_without_a_copy() -> None:
+    arrays = _arrays()
+    large = np.arange(OWN_BUFFER_BYTES // 4, dtype=np.float32).reshape(64, -1)  # 64 KiB
+    arrays[("value", 9)] = large
+    packing = Packing({k: jax.ShapeDtypeStruct(np.shape(a), a.dtype) for k, a in arrays.items()})
+    buffers = jax.jit(packing.pack)(arrays)
+    assert sorted(str(b.dtype) for b in buffers) == ["float32", "float32", "int32", "uint32"]
+    assert any(b.size == large.size for b in buffers)  # alone in its buffer
+    unpack = jax.jit(packing.unpack)
+    np.testing.assert_array_equal(unpack(buffers)[("value", 9)], large)
+    # unpacked, it is its buffer as it is: no slice or copy of it in the program
+    text = unpack.lower(buffers).compile().as_text()
+    assert f"f32[{large.size}]" not in " ".join(
+        line for line in text.splitlines() if "slice(" in line or "copy(" in line
+    )
+
+
 def test_stacks_written_one_row_per_step_read_back_per_member() -> None:
     steps, rng = 5, np.random.default_rng(1)
     rows = {10: jax.ShapeDtypeStruct((8, 4), jnp.float32),
             11: jax.ShapeDtypeStruct((8,), jnp.int32),
-            12: jax.ShapeDtypeStruct((8, 2), jnp.float32)}  # fmt: skip
+            12: jax.ShapeDtypeStruct((8, 2), jnp.float32),
+            13: jax.ShapeDtypeStruct((128, 128), jnp.float32)}  # fmt: skip
     packing = Packing(rows, rows=steps)
     expected = {m: np.zeros((steps, *s.shape), s.dtype) for m, s in rows.items()}
 
     @jax.jit
     def write(buffers, values, at):
         stacks = PackedStacks(packing, buffers)
-        assert sorted(stacks) == [10, 11, 12]  # the members a step writes
+        assert sorted(stacks) == [10, 11, 12, 13]  # the members a step writes
         return stacks.written(values, at)
 
     buffers = packing.zeros()

@@ -9,6 +9,12 @@ reshaping, which XLA fuses into the ops that read them.
 `Packing(shapes)` packs whole arrays (`pack` / `unpack`). `Packing(shapes, rows=T)` packs
 stacks: each member's values at T steps, one row per step (`write_row` writes one step's
 values into row `at`, in place when the buffers are donated).
+
+An array (or a stack's row) of OWN_BUFFER_BYTES or more gets a buffer of its own: packing
+it would copy it into the shared buffer at every step and out of it when unpacked, for an
+argument saved. An Atari host loop's stacks (the frame stacks of 8 envs, 0.9 MB a row) were
+unpacked after 1,024 steps by copying 110 MB out of the shared buffer per member, then
+copied again into domain order (benchmarks/HISTORY.md, thirty-eighth session).
 """
 
 from __future__ import annotations
@@ -28,20 +34,29 @@ def nbytes(array: Any) -> int:
     return math.prod(np.shape(array)) * np.dtype(array.dtype).itemsize
 
 
+OWN_BUFFER_BYTES = 2**16
+
+
 class Packing:
-    """Where each named array lives: its dtype's buffer, an offset and a size in it."""
+    """Where each named array lives: its buffer, an offset and a size in it."""
 
     def __init__(self, shapes: Mapping[Hashable, Any], rows: int | None = None) -> None:
         self.rows, self.shapes = rows, dict(shapes)
-        self.dtypes = sorted({np.dtype(s.dtype) for s in shapes.values()}, key=str)
-        sizes = dict.fromkeys(self.dtypes, 0)
+        keys = sorted(shapes, key=repr)  # any order works; this one is reproducible
+        own = [k for k in keys if nbytes(shapes[k]) >= OWN_BUFFER_BYTES]
+        shared = [k for k in keys if k not in own]
+        shared_dtypes = sorted({np.dtype(shapes[k].dtype) for k in shared}, key=str)
+        # the buffers: one shared per dtype, then one per large array
+        buffers = [shared_dtypes.index(np.dtype(shapes[k].dtype)) for k in shared]
+        buffers += range(len(shared_dtypes), len(shared_dtypes) + len(own))
+        self.dtypes = [*shared_dtypes, *(np.dtype(shapes[k].dtype) for k in own)]
+        self.sizes = [0] * len(self.dtypes)
         self.places: dict[Hashable, tuple[int, int, int, tuple[int, ...]]] = {}
-        for key in sorted(shapes, key=repr):  # any order works; this one is reproducible
-            dtype, shape = np.dtype(shapes[key].dtype), tuple(shapes[key].shape)
+        for key, buffer in zip([*shared, *own], buffers, strict=True):
+            shape = tuple(shapes[key].shape)
             size = math.prod(shape)
-            self.places[key] = (self.dtypes.index(dtype), sizes[dtype], size, shape)
-            sizes[dtype] += size
-        self.sizes = [sizes[d] for d in self.dtypes]
+            self.places[key] = (buffer, self.sizes[buffer], size, shape)
+            self.sizes[buffer] += size
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(self.places)
