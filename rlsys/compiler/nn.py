@@ -90,17 +90,25 @@ class MLP:
             if self.params is None:
                 raise ValueError("this MLP has no parameters of its own: pass `params`")
             params = self.params[self.dim]
-        offset, h = 0, x
-        layers = self.layers
-        for k, (n_in, n_out) in enumerate(layers):
-            weight = params.slice_axis(offset, offset + n_in * n_out).reshape(n_in, n_out)
-            offset += n_in * n_out
-            bias = params.slice_axis(offset, offset + n_out)
-            offset += n_out
+        h, layers = x, self.layers
+        shapes = [((n_in, n_out), n_out) for n_in, n_out in layers]
+        for k, (weight, bias) in enumerate(weights_and_biases(params, shapes)):
             h = h @ weight + bias
             if k < len(layers) - 1:
                 h = h.tanh() if self.activation == "tanh" else h.relu()
         return h
+
+
+def weights_and_biases(params: RecurrentTensor, shapes):
+    """Each layer's (weight, bias) sliced out of a flat parameter vector laid out as the
+    modules here lay theirs: per layer, a weight of `shape`, then its `size` biases."""
+    offset = 0
+    for shape, size in shapes:
+        count = math.prod(shape)
+        weight = params.slice_axis(offset, offset + count).reshape(*shape)
+        bias = params.slice_axis(offset + count, offset + count + size)
+        offset += count + size
+        yield weight, bias
 
 
 # The convolutions of Mnih et al. 2015 (DQN's "Nature" network, also CleanRL's and SB3's
@@ -166,12 +174,7 @@ class ConvTorso:
         h = x.reshape(*lead, *self.image_shape) if rank == 1 else x
         n = len(lead)
         h = h.transpose(*range(n), n + 1, n + 2, n)  # (..., H, W, C)
-        offset = 0
-        for k, (shape, bias_size) in enumerate(self.shapes):
-            weight = params.slice_axis(offset, offset + math.prod(shape)).reshape(*shape)
-            offset += math.prod(shape)
-            bias = params.slice_axis(offset, offset + bias_size)
-            offset += bias_size
+        for k, (weight, bias) in enumerate(weights_and_biases(params, self.shapes)):
             if k < len(self.convs):
                 h = h.conv2d(weight, stride=self.convs[k][2]) + bias
             else:

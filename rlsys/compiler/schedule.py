@@ -273,23 +273,14 @@ def _sink_slices(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[S
     at all, if nothing else reads it after the loop). Small values stay as they are: one
     vectorized slice after the loop costs less than one per step."""
     result = list(steps)
-    for k in range(len(steps)):
-        if k >= len(result) or not isinstance(loop := result[k], Loop):
-            continue
-        inner = (*loop_dims, loop.dim)
+    for loop in [s for s in steps if isinstance(s, Loop)]:
+        k = result.index(loop)
         direct = {s.node for s in loop.body if isinstance(s, Compute)}
         later = set().union(*(_step_nodes(s) for s in result[k + 1 :]))
         sunk = [s for s in result[k + 1 :] if isinstance(s, Compute)
                 and _may_sink(graph, graph[s.node], loop, direct, later)]  # fmt: skip
-        if not sunk:
-            continue
-        body = [Compute(s.node, tuple(d for d in graph[s.node].domain if d not in inner))
-                for s in sunk]  # fmt: skip
-        for s in sunk:
-            loops_of[s.node] = inner
-        result[k] = Loop(loop.dim, loop.reverse, loop.members | {s.node for s in sunk},
-                         (*loop.body, *body))  # fmt: skip
-        result = [s for s in result if s not in sunk]
+        if sunk:
+            result = _absorbed(graph, result, loop, sunk, loop_dims, loops_of, first=False)
     return result
 
 
@@ -304,28 +295,37 @@ def _sink_inputs(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[S
     one update reads one. Computed inside the loop, one point's value is live at a time.
     Values under LARGE_POINT_BYTES a point stay as they are: one vectorized op costs less
     than one per step."""
+    loops = [s for s in steps if isinstance(s, Loop)]
+    if not loops:
+        return steps
     consumers = graph.consumers()
     result = list(steps)
-    for loop in [s for s in steps if isinstance(s, Loop)]:
-        k = result.index(loop)
+    for loop in loops:
         sunk: list[Compute] = []
         inside = set(loop.members)
-        for step in reversed(result[:k]):  # latest first: a value's readers are decided
+        # latest first: when a value is looked at, whether its readers moved is decided
+        for step in reversed(result[: result.index(loop)]):
             if isinstance(step, Compute) and _only_read_inside(graph, graph[step.node], loop,
                                                                 inside, consumers):  # fmt: skip
                 sunk.insert(0, step)
                 inside.add(step.node)
-        if not sunk:
-            continue
-        inner = (*loop_dims, loop.dim)
-        body = [Compute(s.node, tuple(d for d in graph[s.node].domain if d not in inner))
-                for s in sunk]  # fmt: skip
-        for s in sunk:
-            loops_of[s.node] = inner
-        result[k] = Loop(loop.dim, loop.reverse, loop.members | {s.node for s in sunk},
-                         (*body, *loop.body))  # fmt: skip
-        result = [s for s in result if s not in sunk]
+        if sunk:
+            result = _absorbed(graph, result, loop, sunk, loop_dims, loops_of, first=True)
     return result
+
+
+def _absorbed(graph: Graph, result: list[Step], loop: Loop, sunk: list[Compute], loop_dims,
+              loops_of, first: bool) -> list[Step]:  # fmt: skip
+    """`result` with the `sunk` steps moved into `loop`, each computed at the loop's point:
+    at the start of its body (`first`: values it reads) or at the end (values of it)."""
+    inner = (*loop_dims, loop.dim)
+    body = tuple(Compute(s.node, tuple(d for d in graph[s.node].domain if d not in inner))
+                 for s in sunk)  # fmt: skip
+    for s in sunk:
+        loops_of[s.node] = inner
+    merged = Loop(loop.dim, loop.reverse, loop.members | {s.node for s in sunk},
+                  (*body, *loop.body) if first else (*loop.body, *body))  # fmt: skip
+    return [merged if s is loop else s for s in result if s not in sunk]
 
 
 def _only_read_inside(graph: Graph, node: Node, loop: Loop, inside: set[int],
