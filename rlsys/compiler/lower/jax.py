@@ -47,6 +47,20 @@ class Value:
 
 
 @dataclass
+class LastStep(Value):
+    """A loop member read after a host loop only at the loop's last step, kept as that
+    step's value (`array`, over `axes`) instead of a stack of every step's. A segment
+    reading it traces it as a stack (`stacked`), a broadcast that XLA folds into the read."""
+
+    dim: Dim | None = None
+    extent: int = 0
+
+    def stacked(self, array: Any) -> Value:
+        shape = (self.extent, *np.shape(array))
+        return Value(jnp.broadcast_to(array[None], shape), (self.dim, *self.axes))
+
+
+@dataclass
 class Window:
     """The last `size` values of a loop member: window[m] holds the value m + 1 steps back."""
 

@@ -104,7 +104,7 @@ def _kept(ctx: Context, loop: Loop) -> frozenset[int]:
     )  # fmt: skip
 
 
-def _carried_to_the_end(ctx: Context, loop: Loop, plan: LoopPlan) -> frozenset[int]:
+def carried_to_the_end(ctx: Context, loop: Loop, plan: LoopPlan) -> frozenset[int]:
     """Kept members with a window whose only reads after the loop are at its last step (index
     extent - 1, or 0 for a reverse loop): the final carry's window holds that value."""
     last = 0 if loop.reverse else ctx.extent(loop.dim) - 1
@@ -247,7 +247,7 @@ class LoopPlan:
 
 def run_loop(ctx: Context, loop: Loop) -> None:
     plan = LoopPlan.make(ctx, loop)
-    at_end = _carried_to_the_end(ctx, loop, plan)
+    at_end = carried_to_the_end(ctx, loop, plan)
     plan = dataclasses.replace(plan, kept=plan.kept - at_end)
     inputs = plan.scan_inputs(0, ctx.extent(loop.dim))
     packings: list[Packing] = []  # the small kept values' packing, set when tracing the body

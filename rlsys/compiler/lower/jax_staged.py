@@ -28,6 +28,7 @@ are `ShapeDtypeStruct`s and host ops are not called, so a bad program fails at `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
@@ -43,6 +44,7 @@ from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.data_parallel import Split
 from rlsys.compiler.lower.jax import (
     Context,
+    LastStep,
     Value,
     Window,
     call_host,
@@ -51,7 +53,7 @@ from rlsys.compiler.lower.jax import (
     host_result,
     in_domain_order,
 )
-from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.lower.jax_loop import LoopPlan, carried_to_the_end, run_steps
 from rlsys.compiler.lower.packing import PackedStacks, Packing, nbytes
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.passes.dce import needed_nodes
@@ -112,6 +114,8 @@ class Segment:
             values |= {m for m in (*finish.window_axes, *(stacks or ())) if m not in nodes}
         self.value_reads, self.window_reads = sorted(values), sorted(windows)
         self.axes = {n: ctx.values[n].axes for n in self.value_reads}
+        self.last_steps = {n: v for n in self.value_reads
+                           if isinstance(v := ctx.values[n], LastStep)}  # fmt: skip
         self.loop_dims = tuple(ctx.loop_index)
         self.live = _live_after(ctx, nodes, moves_windows=finish is not None)
         self.operation = _operation(ctx, nodes, host)
@@ -172,7 +176,7 @@ class Segment:
         t = self.template
         ctx = Context(
             t.graph, t.bounds if split is None else split.local_bounds(t.bounds), inputs,
-            {n: Value(a, self.axes[n]) for n, a in values.items()},
+            {n: self._value(n, a) for n, a in values.items()},
             {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
             dict(zip(self.loop_dims, indices, strict=True)),
             t.outputs, t.grad_reads, t.consumers, t.loss_grads, t.lazy, t.deferred,
@@ -188,6 +192,10 @@ class Segment:
             at = ctx.loop_index[self.finish.loop.dim]
             stacks = _written(stacks, {m: in_domain_order(ctx, m) for m in stacks}, at)
         return {n: v.array for n, v in new.items()}, host_args, carry, stacks
+
+    def _value(self, node: int, array: Any) -> Value:
+        last = self.last_steps.get(node)
+        return Value(array, self.axes[node]) if last is None else last.stacked(array)
 
     def _record(self, ctx: Context, values: dict, host_args: tuple, call: bool) -> None:
         """Put the steps' values and the host op's result (if any) into `ctx`."""
@@ -348,7 +356,8 @@ class Rotated:
     Unpacked, the call took and returned some thirty arrays, which cost more than its work."""
 
     def __init__(self, ctx: Context, loop: Loop, first: Segment, second: Segment,
-                 carry: dict, stacks: dict, arrange: Callable[[dict], dict]) -> None:  # fmt: skip
+                 carry: dict, stacks: dict,
+                 arrange: Callable[[dict, dict], tuple[dict, dict]]) -> None:  # fmt: skip
         if first.loop_dims != second.loop_dims:
             raise RecurrenceError("internal: the rotated segments run in different loops")
         self.first, self.second, self.host = first, second, ctx.graph[first.host.node]
@@ -436,10 +445,11 @@ class Rotated:
         return stacks, self._packed_state(carry, started), host_args
 
     def _finished(self, stacks, state, host_result, previous, constants, large, inputs):
-        """B of the last step, and the stacks unpacked and arranged in domain order."""
-        _, stacks, _ = self._second(stacks, state, host_result, previous, constants, large,
-                                    inputs)  # fmt: skip
-        return self.arrange(self.stacks.unpack(stacks))
+        """B of the last step, and the stacks unpacked and arranged in domain order (with the
+        last steps' values, `StagedLoop._arranged`)."""
+        carry, stacks, _ = self._second(stacks, state, host_result, previous, constants, large,
+                                        inputs)  # fmt: skip
+        return self.arrange(self.stacks.unpack(stacks), carry)
 
     def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
         """Run the loop's steps in `order`; return its stacks, arranged. A step in Python is
@@ -487,6 +497,9 @@ class StagedLoop:
         self.loop = loop
         self._indices: dict[int, jax.Array] = {}
         plan = LoopPlan.make(ctx, loop)
+        # read after the loop only at its last step: kept from the final carry, not stacked
+        self.last_steps = carried_to_the_end(ctx, loop, plan) if stacked else frozenset()
+        plan = dataclasses.replace(plan, kept=plan.kept - self.last_steps)
         self.window_axes, self.kept = plan.window_axes, sorted(plan.kept)
         self.initial_carry = plan.initial_carry()
         self.initial_stacks = plan.initial_stacks() if stacked else {}
@@ -498,7 +511,7 @@ class StagedLoop:
         parts = self.body.parts
         rotatable = (stacked and len(parts) == 2 and isinstance(parts[0], Segment)
                      and parts[0].host is not None and parts[1].host is None)  # fmt: skip
-        extent = ctx.extent(loop.dim)
+        self._extent = extent = ctx.extent(loop.dim)
         self.layouts = {}  # kept member -> (its axes once stored, the stacks' permutation)
         for m in self.kept:  # what the loop leaves behind: the stacked shapes
             entry = inner.values[m]  # its steps are written in domain order (Segment)
@@ -508,15 +521,24 @@ class StagedLoop:
             shape = (extent, *step_shape)
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.array.dtype), ordered)  # fmt: skip
+        for m in self.last_steps:
+            window = self.initial_carry[m]  # (size, *the entry)
+            step_value = jax.ShapeDtypeStruct(window.shape[1:], window.dtype)
+            ctx.values[m] = self._last_step(m, step_value)
         self.rotated = (Rotated(inner, loop, *parts, carry, stacks, self._arranged)
                         if rotatable else None)  # fmt: skip
         # The stacks' arrangement in domain order, compiled here: as eager ops the
         # transpositions would cost a dispatch each per run (and a first lowering in it).
         if stacked and self.rotated is None:
-            self._arrange = _compiled(jax.jit(self._arranged).lower(stacks))
+            self._arrange = _compiled(jax.jit(self._arranged).lower(stacks, carry))
 
-    def _arranged(self, stacks: dict) -> dict:
-        return {m: jnp.transpose(a, self.layouts[m][1]) for m, a in stacks.items()}
+    def _arranged(self, stacks: dict, carry: dict) -> tuple[dict, dict]:
+        """The stacks in domain order, and the last steps' values from the final carry."""
+        return ({m: jnp.transpose(a, self.layouts[m][1]) for m, a in stacks.items()},
+                {m: carry[m][0] for m in self.last_steps})  # fmt: skip
+
+    def _last_step(self, member: int, array: Any) -> LastStep:
+        return LastStep(array, self.window_axes[member], self.loop.dim, self._extent)
 
     def inner(self, ctx: Context, carry: dict, index: int) -> Context:
         """The context of step `index`, for running it (compiling uses a traced index)."""
@@ -549,5 +571,7 @@ class StagedLoop:
             carry, stacks = self.initial_carry, self.initial_stacks
             for index in order:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
-            stored = self._arrange(stacks)
-        ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stored.items()})
+            stored = self._arrange(stacks, carry)
+        stacked, last = stored
+        ctx.values.update({m: Value(a, self.layouts[m][0]) for m, a in stacked.items()})
+        ctx.values.update({m: self._last_step(m, a) for m, a in last.items()})
