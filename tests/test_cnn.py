@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import rlsys.compiler.rules.conv as conv_rule
 import rlsys.rt as rt
 from rlsys.algos.config import PPOConfig
 from rlsys.algos.ppo import build_ppo
@@ -26,6 +27,27 @@ from rlsys.compiler.nn import ConvTorso, smallest_image_side
 def test_conv2d_and_its_gradients_equal_pytorchs(stride: int, backend: str) -> None:
     """Images (i, b) of 11x13x3 through a 5x4 kernel to 2 channels; the loss is a nonlinear
     function of the output, so its gradients in images and kernel are not trivial."""
+    _check_conv2d_against_pytorch(stride, backend)
+
+
+@pytest.mark.parametrize("stride", [1, 4])
+def test_the_kernel_gradient_over_chunks_of_images_equals_pytorchs(monkeypatch, stride) -> None:
+    """With patches larger than PATCH_BYTES, the kernel gradient gathers them a few images at
+    a time (here one) and sums the chunks' products."""
+    products = []
+    patch_product = conv_rule._patch_product
+    monkeypatch.setattr(conv_rule, "PATCH_BYTES", 1)
+
+    def counted(x, *args):
+        products.append(x.shape[0])
+        return patch_product(x, *args)
+
+    monkeypatch.setattr(conv_rule, "_patch_product", counted)
+    _check_conv2d_against_pytorch(stride, "jax")
+    assert products and set(products) == {1}
+
+
+def _check_conv2d_against_pytorch(stride: int, backend: str) -> None:
     prog = rt.Program(dims=("i", "b"))
     i, b = prog.dims
     I, B = prog.bounds
