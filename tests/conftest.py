@@ -7,6 +7,8 @@ import shutil
 import signal
 import tempfile
 
+import pytest
+
 _CACHE_HOME = tempfile.mkdtemp(prefix="rlsys-test-cache-")
 CPU_DEVICES = 2  # for programs split over devices (test_compiler_data_parallel.py)
 
@@ -29,3 +31,19 @@ def pytest_configure(config) -> None:
 
 def pytest_unconfigure(config) -> None:
     shutil.rmtree(_CACHE_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def staged_loops(monkeypatch) -> list:
+    """Every host loop (`StagedLoop`) compiled while the test runs, in order."""
+    import rlsys.compiler.lower.jax_staged as jax_staged
+
+    loops = []
+    init = jax_staged.StagedLoop.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        loops.append(self)
+
+    monkeypatch.setattr(jax_staged.StagedLoop, "__init__", recorded)
+    return loops

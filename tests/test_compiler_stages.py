@@ -87,20 +87,12 @@ def test_a_rotated_host_loop_computes_what_the_plain_one_computes(
 
 
 def test_a_host_loop_keeps_a_value_read_only_at_its_last_step_without_a_stack(
-    monkeypatch,
+    monkeypatch, staged_loops
 ) -> None:
     """The observation env.step returns is read after the acting loop only at its last step
     (it starts the next iteration): the loop keeps that step's value, from the carry, not a
     stack of every step's (110 MB per rollout of 8 Atari games x 128 steps). The program
     computes the same as with the stack, rotated or not."""
-    loops = []
-    init = jax_staged.StagedLoop.__init__
-
-    def recorded(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        loops.append(self)
-
-    monkeypatch.setattr(jax_staged.StagedLoop, "__init__", recorded)
 
     def run(rotate: bool, last_steps: bool) -> dict:
         with monkeypatch.context() as patch:
@@ -110,8 +102,8 @@ def test_a_host_loop_keeps_a_value_read_only_at_its_last_step_without_a_stack(
                 patch.setattr(jax_staged, "carried_to_the_end", lambda *args: frozenset())
             built = small_ppo("gymnasium:CartPole-v1")
             outputs = built.program.compile(bounds=built.bounds).run()
-        (acting,) = [loop for loop in loops if loop.initial_stacks]
-        loops.clear()
+        (acting,) = [loop for loop in staged_loops if loop.initial_stacks]
+        staged_loops.clear()
         assert (acting.rotated is not None) == rotate
         assert bool(acting.last_steps) == last_steps
         assert not acting.last_steps & set(acting.initial_stacks)

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rlsys.compiler.lower.jax_staged as jax_staged
 from rlsys.cli import main
 from rlsys.envs import GymnasiumEnv, atari
 
@@ -80,7 +79,7 @@ def test_dqn_trains_and_evaluates_on_pong_through_the_cnn(ale, tmp_path: Path, c
     assert "dqn on gymnasium:ALE/Pong-v5: mean return" in capsys.readouterr().out
 
 
-def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, monkeypatch) -> None:
+def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, staged_loops) -> None:
     """Evaluation needs each step's reward and end of episode; the observation the last step
     returns (read after the loop, where the next iteration would start) comes from the
     loop's carry. So no stack holds a frame per step, and an episode up to the game's 27,000
@@ -89,16 +88,9 @@ def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, monkey
     argv = ["train", "ppo", "--env", f"gymnasium:{PONG}", "--total-steps", "32",
             "--num-envs", "2", "--num-steps", "16", "--quiet", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
-    loops = []
-    init = jax_staged.StagedLoop.__init__
-
-    def recorded(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        loops.append(self)
-
-    monkeypatch.setattr(jax_staged.StagedLoop, "__init__", recorded)
+    staged_loops.clear()  # training's
     assert main(["eval", str(out), "--episodes", "2", "--max-steps", "20"]) == 0
-    (acting,) = [loop for loop in loops if loop.initial_stacks]
+    (acting,) = [loop for loop in staged_loops if loop.initial_stacks]
     frame_bytes = 4 * math.prod(FRAMES)
     rows = {m: stack[0].nbytes for m, stack in acting.initial_stacks.items()}
     assert rows and all(row < frame_bytes for row in rows.values()), rows
