@@ -451,9 +451,10 @@ class Rotated:
                                         inputs)  # fmt: skip
         return self.arrange(self.stacks.unpack(stacks), carry)
 
-    def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> dict:
-        """Run the loop's steps in `order`; return its stacks, arranged. A step in Python is
-        the call and the host op, nothing else."""
+    def run(self, loop: StagedLoop, ctx: Context, order: list[int]) -> tuple[dict, dict]:
+        """Run the loop's steps in `order`; return its stacks, arranged, and its last steps'
+        values (`StagedLoop._arranged`). A step in Python is the call and the host op,
+        nothing else."""
         inner = loop.inner(ctx, loop.initial_carry, order[0])
         constants, large = self._split(self._reads(inner, loop.initial_carry))
         previous = loop.device_index(order[0])
