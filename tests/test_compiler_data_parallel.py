@@ -12,7 +12,7 @@ import rlsys.rt as rt
 from rlsys.algos.a2c import build_a2c
 from rlsys.algos.config import A2CConfig
 from rlsys.compiler import compile as compile_module
-from rlsys.compiler import use_cpu_devices
+from rlsys.compiler import heap, use_cpu_devices
 from rlsys.compiler.lower import chunked_grad, jax_program
 from rlsys.compiler.lower.jax_program import LoopState
 
@@ -195,9 +195,10 @@ def test_auto_placement_does_not_split_temporaries_larger_than_a_thread_heap(mon
 
 
 def test_run_trims_the_heap_once_after_its_first_call(monkeypatch) -> None:
+    """Its heap settles, so later calls do not trim (`heap.GrowthTrim`)."""
     exe = _a2c(1)
     trims: list[int] = []
     seen: list[int] = []
-    monkeypatch.setattr(jax_program, "release_freed_heap", lambda: trims.append(len(seen)))
+    monkeypatch.setattr(heap, "release_freed_heap", lambda: trims.append(len(seen)))
     exe.run(on_iteration=lambda i, outputs: seen.append(i) and None)
     assert seen == list(range(ITERATIONS)) and trims == [1]  # after iteration 0 was reported

@@ -142,3 +142,20 @@ def test_kept_buffers_leave_no_small_chunk_waiting_in_a_fastbin() -> None:
     defaults (the opt-out) they wait in fastbins."""
     assert int(_output_of(_FASTBIN_BYTES)) == 0
     assert int(_output_of(_FASTBIN_BYTES, **{heap.ENV_VAR: "1"})) > 10_000
+
+
+def test_a_run_whose_heap_keeps_growing_is_trimmed(monkeypatch) -> None:
+    """After the first call (always trimmed) and the second (its level is the settled one),
+    a call trims only once resident memory has grown past that level by the allowance:
+    kept freed buffers that are not reused in place (PPO on Atari) would grow without end."""
+    trims = []
+    monkeypatch.setattr(heap, "release_freed_heap", lambda: trims.append(len(trims)) or True)
+    settled = 1000 * MIB
+    allowed = max(heap.GROWTH_ALLOWED_BYTES, int(heap.GROWTH_ALLOWED * settled))
+    levels = iter([settled, settled + allowed, settled + allowed + 1, settled + allowed + 1])
+    monkeypatch.setattr(heap, "resident_bytes", lambda: next(levels))
+    growth = heap.GrowthTrim()
+    trimmed = [growth.after_call() for _ in range(5)]
+    assert trimmed == [True, False, False, True, True]
+    assert growth.settled == settled
+    assert len(trims) == 3

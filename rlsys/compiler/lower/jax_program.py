@@ -37,7 +37,7 @@ from jax.sharding import PartitionSpec
 
 from rlsys.compiler.autodiff import path_nodes, rerun_reads
 from rlsys.compiler.errors import RecurrenceError
-from rlsys.compiler.heap import release_freed_heap
+from rlsys.compiler.heap import GrowthTrim
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
 from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
@@ -400,7 +400,7 @@ class JaxExecutable:
             carry, done = self._resumed_carry(resume), resume.done
         # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
         *placed, carry = self._placed_arguments(arrays, pre, carry)
-        kept, started = [], done
+        kept, started, heap = [], done, GrowthTrim()
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:
             size = min(self.iterations_per_call, extent - done)
@@ -411,13 +411,13 @@ class JaxExecutable:
             carry, values = call(*placed, carry, np.int32(start))
             kept.append(values)
             stop = report and self._report(values, start, size, on_iteration, per_iteration)
-            if done == started:
-                # What the first call freed is handed back once its outputs are on the
-                # host: later calls did not always reuse it (the first call's buffers lie
-                # among what compiling and the initial state left), and kept for reuse
-                # (`heap.py`) both stayed resident: after compile(devices="auto") at the
-                # scaling sweep's width=256, 795 instead of 472 MiB above the idle process.
-                release_freed_heap()
+            # What the first call freed is handed back once its outputs are on the host:
+            # later calls did not always reuse it (the first call's buffers lie among what
+            # compiling and the initial state left), and kept for reuse (`heap.py`) both
+            # stayed resident: after compile(devices="auto") at the scaling sweep's
+            # width=256, 795 instead of 472 MiB above the idle process. Later calls trim
+            # only where the heap keeps growing (`GrowthTrim`).
+            heap.after_call()
             done += size
             if on_call is not None:  # after the iterations were reported: a checkpoint's
                 on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
