@@ -400,7 +400,7 @@ class JaxExecutable:
             carry, done = self._resumed_carry(resume), resume.done
         # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
         *placed, carry = self._placed_arguments(arrays, pre, carry)
-        kept, started, heap = [], done, GrowthTrim()
+        kept, started, trim = [], done, GrowthTrim()
         extent = self.bounds[self._loop.dim.bound]
         while done < extent:
             size = min(self.iterations_per_call, extent - done)
@@ -417,7 +417,7 @@ class JaxExecutable:
             # stayed resident: after compile(devices="auto") at the scaling sweep's
             # width=256, 795 instead of 472 MiB above the idle process. Later calls trim
             # only where the heap keeps growing (`GrowthTrim`).
-            heap.after_call()
+            trim.after_call()
             done += size
             if on_call is not None:  # after the iterations were reported: a checkpoint's
                 on_call(LoopState(done, {str(k): np.asarray(v) for k, v in carry.items()}))
