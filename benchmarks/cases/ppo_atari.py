@@ -12,12 +12,11 @@ iterations (after compilation or setup) and `compile_seconds`. Needs the `atari`
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
-from rlsys.bench import Case, System, child_main, report
+from rlsys.bench import Case, System, child_main, installed, report
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "ALE/Pong-v5"
@@ -48,10 +47,6 @@ def run(*, quick: bool, seed: int, impl: str) -> None:
            compile_seconds=result["compile_seconds"])  # fmt: skip
 
 
-def _has(*modules: str):
-    return lambda: all(importlib.util.find_spec(m) is not None for m in modules)
-
-
 ATARI = ("ale_py", "cv2")
 MISSING = "ale-py or OpenCV not installed (pip install 'rlsys[atari]')"
 
@@ -65,14 +60,14 @@ CASE = Case(
     baseline="cleanrl-style",
     timeout_s=600.0,
     systems=[
-        System("rlsys-ppo-cnn", run=run, params={"impl": "rlsys"}, available=_has(*ATARI),
+        System("rlsys-ppo-cnn", run=run, params={"impl": "rlsys"}, available=installed(*ATARI),
                missing=MISSING,
                description="rlsys.algos.ppo, --network auto (the CNN), 8 gymnasium envs"),
-        System("cleanrl-style", run=run, params={"impl": "cleanrl"}, available=_has(*ATARI),
+        System("cleanrl-style", run=run, params={"impl": "cleanrl"}, available=installed(*ATARI),
                missing=MISSING,
                description="PyTorch, CleanRL ppo_atari.py's network, SyncVectorEnv, 1 thread"),
         System("sb3", run=run, params={"impl": "sb3"},
-               available=_has(*ATARI, "stable_baselines3"),
+               available=installed(*ATARI, "stable_baselines3"),
                missing=f"{MISSING}, or stable-baselines3 (pip install 'rlsys[bench]')",
                description="Stable-Baselines3 PPO('CnnPolicy'), DummyVecEnv, 1 thread"),
     ],

@@ -21,12 +21,11 @@ target; the torch ones check after every iteration.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
-from rlsys.bench import Case, System, child_main, report
+from rlsys.bench import Case, System, child_main, installed, report
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: `benchmarks.baselines` lives here
 TARGET = 475.0
@@ -100,10 +99,6 @@ def run(*, quick: bool, seed: int, impl: str, env: str = "gymnax:CartPole-v1") -
     report(env_steps=result["env_steps"], seconds=result["run_seconds"], **metrics)
 
 
-def _has(module: str):
-    return lambda: importlib.util.find_spec(module) is not None
-
-
 CASE = Case(
     name="ppo_cartpole",
     description=(
@@ -137,7 +132,7 @@ CASE = Case(
             "sb3",
             run=run,
             params={"impl": "sb3"},
-            available=_has("stable_baselines3"),
+            available=installed("stable_baselines3"),
             missing="stable-baselines3 not installed (pip install 'rlsys[bench]')",
             description="Stable-Baselines3 PPO('MlpPolicy'), DummyVecEnv, 1 thread",
         ),

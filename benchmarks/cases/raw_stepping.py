@@ -15,10 +15,9 @@ environment transition. envpool always resets on the next step; see its system.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
-from rlsys.bench import Case, System, child_main, report
+from rlsys.bench import Case, System, child_main, installed, report
 
 ENV_ID = "CartPole-v1"
 # Each system's `env_steps` param is the number of env transitions in its timed region,
@@ -122,10 +121,6 @@ def run_envpool(*, quick: bool, seed: int, num_envs: int, env_steps: tuple[int, 
     report(env_steps=steps * num_envs, seconds=seconds)
 
 
-def _envpool_installed() -> bool:
-    return importlib.util.find_spec("envpool") is not None
-
-
 CASE = Case(
     name="raw_stepping",
     description=(
@@ -163,7 +158,7 @@ CASE = Case(
             run=run_envpool,
             params={"num_envs": 8, "env_steps": (400_000, 40_000)},
             description="envpool, 8 envs, synchronous steps",
-            available=_envpool_installed,
+            available=installed("envpool"),
             missing="envpool extra not installed (pip install 'rlsys[envpool]')",
         ),
     ],

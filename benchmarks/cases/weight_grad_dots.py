@@ -39,14 +39,13 @@ at every call, which took XLA's 64000x256 forward product from 171 to 75 GFLOP/s
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from rlsys.bench import Case, System, child_main, report
+from rlsys.bench import Case, System, child_main, installed, report
 
 WIDTH = 64  # inputs and outputs of the layer, unless a system names another
 ROUNDS = 7
@@ -160,10 +159,6 @@ def run(*, quick: bool, seed: int, impl: str, form: str, rows: int, width: int =
     report(env_steps=flops, seconds=seconds, us_per_product=seconds * 1e6)
 
 
-def _has_torch() -> bool:
-    return importlib.util.find_spec("torch") is not None
-
-
 def _system(impl: str, form: str, rows: int, width: int = WIDTH) -> System:
     labels = {"forward": "X·W", "wgrad": "Xᵀ·dY", "pretransposed": "Xᵀ·dY with Xᵀ laid out",
               "wgrad1": "Xᵀ·dy, one output", "chunked1": "Xᵀ·dy, one output, chunked",
@@ -172,7 +167,7 @@ def _system(impl: str, form: str, rows: int, width: int = WIDTH) -> System:
     return System(f"{impl}-{form}-{shape}", run=run,
                   params={"impl": impl, "form": form, "rows": rows, "width": width},
                   description=f"{labels[form]}, {rows} rows of {width}, {impl}",
-                  available=None if impl == "xla" else _has_torch)  # fmt: skip
+                  available=None if impl == "xla" else installed("torch"))  # fmt: skip
 
 
 CASE = Case(

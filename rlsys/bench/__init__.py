@@ -8,7 +8,7 @@ Imports only the standard library, psutil, rich and rlsys.errors / rlsys.trace: 
 import this package in the runner too, where jax must not be loaded.
 """
 
-from rlsys.bench.case import Case, System
+from rlsys.bench.case import Case, System, installed
 from rlsys.bench.child import child_main, report
 
-__all__ = ["Case", "System", "child_main", "report"]
+__all__ = ["Case", "System", "child_main", "installed", "report"]

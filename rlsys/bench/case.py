@@ -26,6 +26,12 @@ from rlsys.errors import UsageError
 CASES_HINT = "run from an rlsys checkout or pass --cases-dir"
 
 
+def installed(*modules: str) -> Callable[[], bool]:
+    """A `System.available` check: whether every one of `modules` can be imported (found,
+    not imported: the runner must not load them)."""
+    return lambda: all(importlib.util.find_spec(m) is not None for m in modules)
+
+
 @dataclass(frozen=True)
 class System:
     """One contender in a case, e.g. `gymnax-jit-512`.
@@ -33,8 +39,7 @@ class System:
     `run(quick=..., seed=..., **params)` does the work in the child process and calls
     `rlsys.bench.report(...)`. `available()` returning False marks the system as skipped
     (for example an optional package missing) with `missing` as the reason; it is called in
-    the runner, so it should look for the package (`importlib.util.find_spec`) rather than
-    import it.
+    the runner, so it should look for the package rather than import it (`installed`).
     """
 
     name: str
