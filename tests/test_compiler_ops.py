@@ -10,6 +10,7 @@ import pytest
 
 import rlsys.envs  # noqa: F401  (registers the environment ops)
 import rlsys.rt as rt
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.rules import RULES
 
 STRUCTURAL = {"const", "input", "dim_value", "index", "merge", "grad"}
@@ -58,6 +59,11 @@ EXAMPLES = {
     "where": lambda: rt.where(_x() > 0.0, _x(), 0.0),
     "lazy_where": lambda: rt.lazy_where(_x() > 0.0, _x().exp(), 0.0, rows=1),
     "cast": lambda: _x().astype("int32"),
+    "bitcast": lambda: (
+        rt.const(np.array([1.5, -2.0], "float32").view("uint8"), "uint8")
+        .reshape(2, 4)
+        .bitcast("float32")
+    ),
     "sum": lambda: _x().sum(),
     "mean": lambda: _x().mean(),
     "max": lambda: _x().max(),
@@ -101,6 +107,20 @@ def test_every_op_has_an_example() -> None:
     for name, rule in RULES.items():
         assert callable(rule.infer), name
         assert (rule.point is None) == (name in STRUCTURAL or rule.host is not None), name
+
+
+def test_bitcast_reads_bytes_back_as_the_floats_packed_into_them() -> None:
+    packed = np.array([[0.25, -3.0], [7.5, 1e-30]], "float32")
+    prog = rt.Program(dims=("i",))
+    with prog:
+        prog.output(
+            "y", rt.const(packed.view("uint8").reshape(2, 2, 4), "uint8").bitcast("float32")
+        )
+    for backend in ("ref", "jax"):
+        y = prog.compile(bounds={"I": 1}, backend=backend).run()["y"]
+        np.testing.assert_array_equal(y, packed)  # bit for bit
+    with prog, pytest.raises(RecurrenceError, match="last axis must hold one float32's 4"):
+        rt.const(np.zeros((2, 3)), "uint8").bitcast("float32")
 
 
 @pytest.mark.parametrize("op", sorted(EXAMPLES))

@@ -43,10 +43,15 @@ def test_atari_frames_come_preprocessed_and_stacked(ale) -> None:
     assert env.max_episode_steps == 108_000 // atari.FRAME_SKIP  # the game's frame limit
     obs = env.host_reset()
     size = math.prod(FRAMES)
-    assert obs.shape == (2, size) and obs.min() >= 0.0 and obs.max() <= 1.0  # scaled
+    # Frames stay bytes (0-255); the networks scale them (`obs_vectors`).
+    assert env.obs_dtype == "uint8" and obs.dtype == np.uint8
+    assert obs.shape == (2, size) and obs.max() > 1
     packed = env.host_step(np.zeros(2, "int64"))  # NOOP
-    assert packed.shape == (2, 2 * size + 3)
-    assert set(np.unique(packed[:, size])) <= {-1.0, 0.0, 1.0}  # Pong's rewards, unclipped
+    assert packed.dtype == np.uint8 and packed.shape == (2, 2 * size + 12)
+    # reward, terminated, truncated: a float32's 4 bytes each, between the two frames
+    reward, terminated, truncated = packed[:, size : size + 12].copy().view(np.float32).T
+    assert set(np.unique(reward)) <= {-1.0, 0.0, 1.0}  # Pong's rewards, unclipped
+    assert not terminated.any() and not truncated.any()
 
 
 def test_ppo_trains_and_evaluates_on_pong(ale, tmp_path: Path, capsys) -> None:

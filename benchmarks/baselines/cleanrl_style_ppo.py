@@ -15,7 +15,8 @@ GAE recursion and the bootstrap (truncated episodes are not bootstrapped).
 
 With an Atari id (`ALE/...`, the `ppo_atari` case) the environments are rlsys's
 preprocessed games (`rlsys/envs/atari.py`, so both systems step the same frames) and the
-agent is CleanRL's `ppo_atari.py` network: the Nature CNN shared by a linear actor and critic.
+agent is CleanRL's `ppo_atari.py` network: the Nature CNN shared by a linear actor and critic,
+reading the frames (bytes, 0-255, stored as floats) divided by 255.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ def _layer(fan_in: int, fan_out: int, gain: float) -> nn.Linear:
     return layer
 
 
+class _Bytes(nn.Module):
+    """CleanRL's `x / 255.0`: frames arrive as bytes (0-255), the network reads [0, 1]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / 255.0
+
+
 def _conv(channels: int, out: int, side: int, stride: int) -> nn.Conv2d:
     layer = nn.Conv2d(channels, out, side, stride)
     nn.init.orthogonal_(layer.weight, math.sqrt(2.0))
@@ -55,7 +63,7 @@ class Agent(nn.Module):
         root2 = math.sqrt(2.0)
         if len(obs_shape) == 3:  # images: CleanRL's ppo_atari.py network
             self.torso = nn.Sequential(
-                _conv(obs_shape[0], 32, 8, 4), nn.ReLU(),
+                _Bytes(), _conv(obs_shape[0], 32, 8, 4), nn.ReLU(),
                 _conv(32, 64, 4, 2), nn.ReLU(),
                 _conv(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
                 _layer(64 * 7 * 7, 512, root2), nn.ReLU(),

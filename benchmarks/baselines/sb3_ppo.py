@@ -12,8 +12,8 @@ torch thread, CPU. Where SB3 differs from CleanRL/PureJaxRL even with the same n
   updated once per rollout, rather than by the iteration index.
 
 With an Atari id (`ALE/...`, the `ppo_atari` case) the environments are rlsys's
-preprocessed games (`rlsys/envs/atari.py`, frames already scaled to [0, 1], so
-`normalize_images=False`) and the policy `PPO("CnnPolicy")`: the Nature CNN shared by a
+preprocessed games (`rlsys/envs/atari.py`: frames as bytes, which SB3 scales to [0, 1]
+itself, `normalize_images`) and the policy `PPO("CnnPolicy")`: the Nature CNN shared by a
 linear actor and critic.
 
 A callback sums the returns of the episodes that ended in each rollout (from `Monitor`'s
@@ -87,9 +87,7 @@ def train(total_steps: int, seed: int, *, target: float | None = None,
     env = make_vec_env(env_maker(env_id), n_envs=hyper.num_envs, seed=seed)
     lr = hyper.learning_rate
     policy_kwargs = {"ortho_init": True, "optimizer_kwargs": {"eps": hyper.adam_eps}}
-    if images:
-        policy_kwargs["normalize_images"] = False
-    else:
+    if not images:
         policy_kwargs["net_arch"] = {"pi": [hyper.hidden] * 2, "vf": [hyper.hidden] * 2}
         policy_kwargs["activation_fn"] = torch.nn.Tanh
     model = PPO(

@@ -3,7 +3,7 @@
 Throughput, not learning (Pong takes millions of steps): each system runs 6 iterations (3
 with `--quick`) of the shared PPO (8 envs x 128 steps, 4 epochs x 4 minibatches of 256) on
 `ALE/Pong-v5`, all stepping the same preprocessed games (`rlsys/envs/atari.py`: 4-frame
-skip, 84x84 grayscale scaled to [0, 1], 4 frames stacked) through the Nature CNN (three
+skip, 84x84 grayscale bytes, 4 frames stacked) through the Nature CNN (three
 convolutions, a dense layer of 512, a linear actor and critic on its features). rlsys
 compiles the CNN's convolutions into its program (`conv2d`, on the host stage's policy
 calls and the update); the PyTorch systems run one thread. Reported: env steps/s over the

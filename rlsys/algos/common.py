@@ -63,6 +63,18 @@ def conv_torso(env: Env, cfg, seed: int):
     return None
 
 
+def obs_vectors(env: Env, obs):
+    """Observations as the vectors networks read: image-shaped ones flattened, and frames
+    kept as bytes (`env.obs_dtype` uint8: Atari's, whose stacks then take a quarter of the
+    memory) scaled to [0, 1] floats, as CleanRL's Atari scripts divide by 255."""
+    if len(env.obs_shape) > 1:
+        lead = obs.shape[: len(obs.shape) - len(env.obs_shape)]
+        obs = obs.reshape(*lead, math.prod(env.obs_shape))
+    if env.obs_dtype == "uint8":
+        obs = obs.astype("float32") / 255.0
+    return obs
+
+
 class ActorCritic:
     """Policy and value networks whose weights are slices of one parameter vector:
     actor | critic | log_std (continuous actions only) | torso (CNN only). With an MLP
@@ -91,11 +103,7 @@ class ActorCritic:
         self.cuts = [int(c) for c in np.cumsum([p.size for p in pieces])]
 
     def vectors(self, obs):
-        """Observations as vectors (image-shaped observations are flattened)."""
-        if len(self.env.obs_shape) == 1:
-            return obs
-        lead = obs.shape[: len(obs.shape) - len(self.env.obs_shape)]
-        return obs.reshape(*lead, math.prod(self.env.obs_shape))
+        return obs_vectors(self.env, obs)
 
     def features(self, params, obs):
         """What the heads see: observation vectors, normalized if the model has `obs_norm`,
@@ -146,7 +154,7 @@ def act(prog: rt.Program, env: Env, model: ActorCritic, params_i, seed: int,
     i, b, t = prog.dims[0], prog.dims[-2], prog.dims[-1]
     T = prog.bounds[-1]
     key = rt.random.key(seed).fold_in(i).fold_in(b).fold_in(t)
-    obs = rt.placeholder(shape=env.obs_shape, domain=(i, b, t), name="obs")
+    obs = rt.placeholder(shape=env.obs_shape, dtype=env.obs_dtype, domain=(i, b, t), name="obs")
     policy = model.policy(params_i, obs)
     # A sampled action is data: no gradient flows back through the sample (a Gaussian
     # log_prob of its own reparameterized sample would have no gradient in the mean).

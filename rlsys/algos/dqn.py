@@ -32,6 +32,7 @@ from rlsys.algos.common import (
     annealed,
     conv_torso,
     make_env,
+    obs_vectors,
     output_episode_stats,
 )
 from rlsys.algos.config import DQNConfig
@@ -80,9 +81,8 @@ class QNetwork:
         self.epsilon = cfg.end_e
 
     def flat(self, obs):
-        """Observations as vectors (image-shaped observations are flattened)."""
-        lead = obs.shape[: len(obs.shape) - len(self.env.obs_shape)]
-        return obs.reshape(*lead, self.obs_size)
+        """Observations as vectors (`obs_vectors`): the replay buffer keeps them so."""
+        return obs_vectors(self.env, obs)
 
     def q_values(self, params, obs_vectors):
         if self.torso is None:

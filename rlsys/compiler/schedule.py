@@ -257,7 +257,9 @@ def _plan(graph: Graph, nodes: list[int], loop_dims: tuple[Dim, ...], loops_of) 
 
 
 SINKABLE = ("slice_axis", "reshape")  # ops that only select or rearrange their input
-LARGE_POINT_BYTES = 2**16  # a loop's value this large at one point is sliced inside it
+# A loop's value this large at one point is sliced inside it. A packed Atari step of one
+# env (two frame stacks as bytes, reward and flags) is 56 KB; CartPole's 44 bytes.
+LARGE_POINT_BYTES = 2**15
 
 
 def _sink_slices(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[Step]:

@@ -202,6 +202,10 @@ class RecurrentTensor:
     def astype(self, dtype: str) -> RecurrentTensor:
         return self._unary("cast", dtype=str(np.dtype(dtype)))
 
+    def bitcast(self, dtype: str) -> RecurrentTensor:
+        """The bytes of the last axis read as one `dtype` item (uint8 (..., 4) -> float32)."""
+        return self._unary("bitcast", dtype=str(np.dtype(dtype)))
+
     # -- over spatial axes ------------------------------------------------------------------
     def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):
         return self._unary("sum", axis=axis, keepdims=keepdims)

@@ -5,9 +5,10 @@ raw frames (210x160 RGB, every 4th frame of the emulator) are not what agents tr
 SB3's `make_atari_env` and CleanRL's `ppo_atari.py` do, each game is made with the
 emulator's own frame skip off and wrapped in gymnasium's `AtariPreprocessing` (up to 30
 no-op steps at reset; an action repeated over 4 frames, the last two max-pooled; 84x84
-grayscale scaled to [0, 1]) and a stack of the last 4 such frames. Unlike those scripts,
-rewards are not clipped and a lost life does not end the episode, so metrics report the
-game's score. Version-5 games keep their sticky actions (repeat probability 0.25).
+grayscale frames, kept as bytes, which the networks scale to [0, 1]) and a stack of the
+last 4 such frames. Unlike those scripts, rewards are not clipped and a lost life does not
+end the episode, so metrics report the game's score. Version-5 games keep their sticky
+actions (repeat probability 0.25).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def make(env_id: str):
 
     env = gym.make(env_id, frameskip=1)  # AtariPreprocessing skips frames itself
     try:
-        env = AtariPreprocessing(env, frame_skip=FRAME_SKIP, scale_obs=True)
+        # Frames stay bytes (0-255): the rollout keeps them so, the networks scale them.
+        env = AtariPreprocessing(env, frame_skip=FRAME_SKIP, scale_obs=False)
     except gym.error.DependencyNotInstalled:  # it resizes frames with OpenCV
         env.close()
         raise RecurrenceError(f"Atari preprocessing needs OpenCV: {INSTALL}") from None

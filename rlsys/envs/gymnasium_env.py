@@ -35,14 +35,14 @@ from rlsys.envs.gymnax_env import _Packed
 
 
 def _packed_type(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
-    return TensorType((sum(n for _, n in params["layout"]),), "float32")
+    return TensorType((sum(n for _, n in params["layout"]),), params["dtype"])
 
 
-def _host_reset(dummy, *, env: GymnasiumEnv, layout) -> np.ndarray:
+def _host_reset(dummy, *, env: GymnasiumEnv, layout, dtype) -> np.ndarray:
     return env.host_reset()
 
 
-def _host_step(action, *, env: GymnasiumEnv, layout) -> np.ndarray:
+def _host_step(action, *, env: GymnasiumEnv, layout, dtype) -> np.ndarray:
     return env.host_step(np.asarray(action))
 
 
@@ -72,10 +72,16 @@ class GymnasiumEnv:
             raise RecurrenceError(f"{env_id}: actions of type {type(action_space).__name__} "
                                   "are not supported (Discrete or Box)")  # fmt: skip
         self.obs_shape = tuple(obs_space.shape)
+        # Frames (Atari's) stay bytes, a quarter of float32's memory in the rollout's stacks;
+        # the networks scale them (`obs_vectors`). A step's row is then bytes, its reward,
+        # terminated and truncated 4 bytes each, read back as floats (`_Packed`).
+        self.obs_dtype = "uint8" if np.dtype(obs_space.dtype) == np.uint8 else "float32"
+        self._scalar = np.dtype(np.float32).itemsize // np.dtype(self.obs_dtype).itemsize
         self._obs_size = obs_size = math.prod(self.obs_shape)
         self._reset_layout = (("obs", obs_size),)
-        self._step_layout = (("obs", obs_size), ("reward", 1), ("terminated", 1),
-                             ("truncated", 1), ("final_obs", obs_size))  # fmt: skip
+        self._step_layout = (("obs", obs_size), ("reward", self._scalar),
+                             ("terminated", self._scalar), ("truncated", self._scalar),
+                             ("final_obs", obs_size))  # fmt: skip
 
     @property
     def discrete(self) -> bool:
@@ -114,17 +120,18 @@ class GymnasiumEnv:
 
     # -- on the host --------------------------------------------------------------------------
     def host_reset(self) -> np.ndarray:
-        return np.asarray(self._reset_vector(), "float32").reshape(self.num_envs, -1)
+        return np.asarray(self._reset_vector(), self.obs_dtype).reshape(self.num_envs, -1)
 
     def host_step(self, action: np.ndarray) -> np.ndarray:
         if not self.discrete:
             action = np.clip(action, self._low, self._high)
         obs, reward, terminated, truncated, final = self._step_vector(action)
-        n, size = self.num_envs, self._obs_size
-        packed = np.empty((n, 2 * size + 3), np.float32)  # the columns of _step_layout
+        n, size, fields = self.num_envs, self._obs_size, 3 * self._scalar
+        packed = np.empty((n, 2 * size + fields), self.obs_dtype)  # the columns of _step_layout
         packed[:, :size] = self._rows(obs)
-        packed[:, size], packed[:, size + 1], packed[:, size + 2] = reward, terminated, truncated
-        packed[:, size + 3 :] = self._rows(final)
+        floats = packed[:, size : size + fields].view(np.float32)  # itself, if packed as floats
+        floats[:, 0], floats[:, 1], floats[:, 2] = reward, terminated, truncated
+        packed[:, size + fields :] = self._rows(final)
         return packed
 
     def _rows(self, observations) -> Any:
@@ -138,10 +145,10 @@ class GymnasiumEnv:
     def reset(self, anchor: RecurrentTensor) -> _Packed:
         """The first observations; `anchor` is any tensor whose domain is the batch dim."""
         packed = anchor.program.apply("gymnasium_reset", [anchor], env=self,
-                                      layout=self._reset_layout)  # fmt: skip
+                                      layout=self._reset_layout, dtype=self.obs_dtype)  # fmt: skip
         return _Packed(packed, self._reset_layout, self.obs_shape)
 
     def step(self, action: RecurrentTensor) -> _Packed:
         packed = action.program.apply("gymnasium_step", [action], env=self,
-                                      layout=self._step_layout)  # fmt: skip
+                                      layout=self._step_layout, dtype=self.obs_dtype)  # fmt: skip
         return _Packed(packed, self._step_layout, self.obs_shape)

@@ -149,7 +149,8 @@ register("gymnax_step_before_reset", _packed, _step_before_reset_point)
 
 
 class _Packed:
-    """Named parts of one packed transition vector."""
+    """Named parts of one packed transition vector: of floats, or of bytes where the frames
+    are bytes (`GymnasiumEnv`), the other parts then 4 bytes each, read as floats."""
 
     def __init__(self, packed: RecurrentTensor, layout, obs_shape) -> None:
         self._packed, self._obs_shape = packed, obs_shape
@@ -161,7 +162,10 @@ class _Packed:
 
     def _part(self, name: str) -> RecurrentTensor:
         start, stop = self._offsets[name]
-        return self._packed.slice_axis(start, stop)
+        part = self._packed.slice_axis(start, stop)
+        if self._packed.dtype == "uint8" and name not in ("obs", "final_obs"):
+            part = part.bitcast("float32")  # packed with byte frames: a float's 4 bytes
+        return part
 
     @property
     def obs(self) -> RecurrentTensor:
@@ -197,6 +201,7 @@ class GymnaxEnv:
     """A gymnax environment by id, e.g. GymnaxEnv("CartPole-v1")."""
 
     in_graph = True  # its state is a tensor of the program
+    obs_dtype = "float32"
 
     def __init__(self, env_id: str) -> None:
         env, params, _ = _environment(env_id)

@@ -62,6 +62,7 @@ class TrivialEnv:
     """The trivial environment with observations of `obs_shape` and fixed-length episodes."""
 
     in_graph = True  # its state is a tensor of the program (as with gymnax)
+    obs_dtype = "float32"
     num_actions = None  # continuous actions
     action_shape = (1,)
     state_size = 2

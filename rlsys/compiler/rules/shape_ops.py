@@ -1,4 +1,5 @@
-"""Ops that rearrange spatial axes: reshape, slice, take, concat, transpose, broadcast."""
+"""Ops that rearrange spatial axes: reshape, slice, take, concat, transpose, broadcast, and
+bitcast (bytes read as a wider type)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,19 @@ def _broadcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> 
     return TensorType(tuple(params["shape"]), types[0].dtype)
 
 
+def _bitcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    """Groups of narrow items along the last axis read as one wider item each: uint8 (..., 4)
+    as float32 (...), say. Only widening: a host op packs mixed fields into bytes."""
+    (x,) = types
+    dtype = str(jnp.dtype(params["dtype"]))
+    size = jnp.dtype(dtype).itemsize
+    ratio, rest = divmod(size, jnp.dtype(x.dtype).itemsize)
+    if rest or ratio < 2 or not x.shape or x.shape[-1] != ratio:
+        raise ShapeError(f"bitcast: {x.dtype} {x.shape} cannot be read as {dtype}; the last "
+                         f"axis must hold one {dtype}'s {size} bytes")  # fmt: skip
+    return TensorType(x.shape[:-1], dtype)
+
+
 def _slice_point(x, *, axis: int, start: int, stop: int):
     return jax.lax.slice_in_dim(x, start, stop, axis=axis % x.ndim)  # a slice, not a gather
 
@@ -79,3 +93,4 @@ register("take", _take_infer, lambda x, index, axis=0: jnp.take(x, index, axis=a
 register("concat", _concat_infer, lambda *xs, axis=0: jnp.concatenate(xs, axis=axis))
 register("transpose", _transpose_infer, lambda x, perm: jnp.transpose(x, perm))
 register("broadcast_to", _broadcast_infer, lambda x, shape: jnp.broadcast_to(x, shape))
+register("bitcast", _bitcast_infer, lambda x, dtype: jax.lax.bitcast_convert_type(x, dtype))
