@@ -84,6 +84,21 @@ def test_dqn_trains_and_evaluates_on_pong_through_the_cnn(ale, tmp_path: Path, c
     assert "dqn on gymnasium:ALE/Pong-v5: mean return" in capsys.readouterr().out
 
 
+def test_dqn_keeps_atari_frames_as_bytes_in_its_replay_buffer(ale) -> None:
+    """Observations (obs and next obs) go to a ring of their own in the env's dtype: Pong's
+    frames take a byte each there, a quarter of a float's (a 10,000-step buffer of Pong:
+    565 MB, not 2.26 GB)."""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+
+    config = DQNConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=16, total_steps=64,
+                       buffer_size=64, learning_starts=32, minibatch_size=8).validate()  # fmt: skip
+    rings = {n.name: n for n in build_dqn(config).program.graph() if n.op == "merge"}
+    frames, floats = rings["replay_obs"], rings["replay"]
+    assert (frames.dtype, frames.shape) == ("uint8", (2, 32, 2, *FRAMES))  # 2 slots of 32
+    assert (floats.dtype, floats.shape) == ("float32", (2, 32, 3))  # action, reward, ended
+
+
 def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, staged_loops) -> None:
     """Evaluation needs each step's reward and end of episode; the observation the last step
     returns (read after the loop, where the next iteration would start) comes from the

@@ -6,7 +6,8 @@ Dimensions: i (iteration), u (gradient step), b (environment), t (step).
              (start_e -> end_e over exploration_fraction * total_steps)
     store:   buffer[i + 1] = buffer[i] with slot i % S overwritten by the B x T transitions
              (obs, action, reward, next obs, terminated) of iteration i: a ring buffer of
-             S = ceil(buffer_size / (B x T)) slots, carried like the parameters
+             S = ceil(buffer_size / (B x T)) slots, carried like the parameters (two rings:
+             observations in the env's dtype, bytes for Atari frames; the rest as floats)
     learn:   for u < U: sample minibatch_size rows uniformly from the filled part; TD target
              r + gamma * (1 - terminated) * max_a Q(target[i], next obs); MSE (or Huber) loss;
              one Adam step, taken once learning_starts env steps are stored
@@ -99,7 +100,6 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
     env = make_env(cfg)
     prog = rt.Program(dims=("i", "u", "b", "t"))
     i, u, _, t = prog.dims
-    _, _, B, T = prog.bounds
     steps_per_iteration = cfg.batch_size
     updates = cfg.updates_per_iteration
     slots = -(-cfg.buffer_size // steps_per_iteration)  # whole iterations, rounded up
@@ -119,36 +119,32 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
         step = rollout.step
 
         # -- store: this iteration's transitions overwrite the oldest slot --------------------
-        transition = rt.concat([
-            model.flat(rollout.obs), rollout.action.astype("float32").reshape(1),
-            step.reward.reshape(1), model.flat(step.final_obs), step.terminated.reshape(1),
-        ])  # fmt: skip
-        width = transition.shape[0]
-        rows = transition[i, 0:B, 0:T].reshape(1, steps_per_iteration, width)
-        buffer = rt.placeholder(shape=(slots, steps_per_iteration, width), domain=(i,),
-                                name="replay_buffer")  # fmt: skip
-        buffer[0] = rt.const(0.0).broadcast_to((slots, steps_per_iteration, width))
-        slot = rt.const(np.arange(slots, dtype="int32").reshape(slots, 1, 1))
-        stored = rt.where(slot == i % slots, rows, buffer[i])
-        buffer[i + 1] = stored
+        # Two rings: the observations (obs and next obs) in the env's dtype, so Atari's frames
+        # stay bytes, and the floats (action, reward, terminated).
+        shape = env.obs_shape
+        frames = rt.concat([rollout.obs.reshape(1, *shape), step.final_obs.reshape(1, *shape)])
+        floats = rt.concat([rollout.action.astype("float32").reshape(1),
+                            step.reward.reshape(1), step.terminated.reshape(1)])  # fmt: skip
+        ring = _Ring(prog, slots, steps_per_iteration)
+        stored_frames = ring.store(frames, "replay_obs")
+        stored_floats = ring.store(floats, "replay")
 
         # -- learn: U gradient steps on uniform samples of the filled part --------------------
-        capacity = slots * steps_per_iteration
+        capacity = ring.capacity
         filled = rt.minimum((i + 1) * steps_per_iteration, capacity).astype("float32")
         sample_key = rt.random.key(cfg.seed + 2).fold_in(i).fold_in(u)
         picks = rt.random.uniform(sample_key, (cfg.minibatch_size,)) * filled
         picks = rt.minimum(picks.astype("int32"), capacity - 1)
-        batch = stored.reshape(capacity, width).take(picks)
-        n = model.obs_size
+        seen, scalars = ring.rows(stored_frames, picks), ring.rows(stored_floats, picks)
+        mb = cfg.minibatch_size
+
+        def column(k: int, batch=scalars):
+            return batch.slice_axis(k, k + 1, axis=1).reshape(mb, *batch.shape[2:])
+
         columns = {
-            "obs": batch.slice_axis(0, n, axis=1),
-            "action": batch.slice_axis(n, n + 1, axis=1).reshape(cfg.minibatch_size),
-            "reward": batch.slice_axis(n + 1, n + 2, axis=1).reshape(cfg.minibatch_size),
-            "next_obs": batch.slice_axis(n + 2, 2 * n + 2, axis=1),
-            "terminated": batch.slice_axis(2 * n + 2, 2 * n + 3, axis=1).reshape(
-                cfg.minibatch_size
-            ),
-        }
+            "obs": model.flat(column(0, seen)), "next_obs": model.flat(column(1, seen)),
+            "action": column(0), "reward": column(1), "terminated": column(2),
+        }  # fmt: skip
 
         theta = rt.placeholder(shape=model.initial.shape, domain=(i, u), name="params_u")
         moments = [rt.placeholder(shape=model.initial.shape, domain=(i, u), name=name)
@@ -184,6 +180,33 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
         output_episode_stats(prog, step)
     bounds = {"I": cfg.num_iterations, "U": updates, "B": cfg.num_envs, "T": cfg.num_steps}
     return AlgoProgram(prog, bounds, env, cfg)
+
+
+class _Ring:
+    """A replay ring: `slots` slots of one iteration's `per_slot` transitions each, carried
+    over i; iteration i's transitions overwrite slot i % slots."""
+
+    def __init__(self, prog: rt.Program, slots: int, per_slot: int) -> None:
+        self.prog, self.slots, self.per_slot = prog, slots, per_slot
+        self.capacity = slots * per_slot
+
+    def store(self, transition, name: str):
+        """The ring after iteration i stored `transition` (domain (i, b, t)) of every b, t."""
+        i = self.prog.dims[0]
+        _, _, B, T = self.prog.bounds
+        shape, dtype = transition.shape, transition.dtype
+        rows = transition[i, 0:B, 0:T].reshape(1, self.per_slot, *shape)
+        ring = rt.placeholder(shape=(self.slots, self.per_slot, *shape), dtype=dtype,
+                              domain=(i,), name=name)  # fmt: skip
+        ring[0] = rt.const(0, dtype).broadcast_to((self.slots, self.per_slot, *shape))
+        slot = np.arange(self.slots, dtype="int32").reshape(self.slots, 1, *(1 for _ in shape))
+        stored = rt.where(rt.const(slot) == i % self.slots, rows, ring[i])
+        ring[i + 1] = stored
+        return stored
+
+    def rows(self, stored, picks):
+        """The transitions at flat positions `picks` of the stored ring."""
+        return stored.reshape(self.capacity, *stored.shape[2:]).take(picks)
 
 
 def _td_loss(cfg: DQNConfig, model: QNetwork, params, target_params, mb: dict):
