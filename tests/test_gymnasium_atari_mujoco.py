@@ -99,6 +99,27 @@ def test_dqn_keeps_atari_frames_as_bytes_in_its_replay_buffer(ale) -> None:
     assert (floats.dtype, floats.shape) == ("float32", (2, 32, 3))  # action, reward, ended
 
 
+def test_dqn_runs_the_target_network_one_update_at_a_time(ale) -> None:
+    """The TD targets of the U updates of an iteration do not depend on u (the target network
+    is fixed through them), so the plan vectorized them over u: every update's next frames
+    and the CNN's activations over them, held at once (0.9 GB for Pong). The targets are
+    small, but they come from large values that only the update loop reads, so they move
+    into the loop with them (`schedule._sink_inputs`): one update's frames at a time."""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+    from rlsys.compiler.pipeline import run_pipeline
+    from rlsys.compiler.schedule import build_schedule
+
+    config = DQNConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=16, total_steps=64,
+                       buffer_size=64, learning_starts=32, minibatch_size=8).validate()  # fmt: skip
+    graph, _ = run_pipeline(build_dqn(config).program.graph())
+    schedule = build_schedule(graph, graph.nodes)
+    u = graph.dims[1]
+    convs = [n for n in graph if n.op == "conv2d" and u in n.domain]  # not the acting ones
+    assert len(convs) == 6  # the online and the target network's three layers
+    assert all(u in schedule.loops_of.get(n.id, ()) for n in convs)  # in the loop over u
+
+
 def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, staged_loops) -> None:
     """Evaluation needs each step's reward and end of episode; the observation the last step
     returns (read after the loop, where the next iteration would start) comes from the

@@ -288,29 +288,39 @@ def _sink_slices(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[S
 
 def _sink_inputs(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[Step]:
     """Move into a loop the large values computed before it that only it reads, each at
-    the point it is read.
+    the point it is read, with what is computed from them before the loop for it alone.
 
     The plan vectorizes over a loop's dim what no recurrence holds, before the loop, so
     every point's value is held at once. PPO's minibatches are such values: the rows of
     update u, gathered from the rollout (and, for a CNN, their images moved channels last).
     For Atari frames that was all 16 minibatches of 256 frame stacks, 0.45 GB, twice, while
     one update reads one. Computed inside the loop, one point's value is live at a time.
-    Values under LARGE_POINT_BYTES a point stay as they are: one vectorized op costs less
-    than one per step."""
+    A small value computed from large ones moves in with them: DQN's TD targets (a float
+    per sample) come from the target network's CNN over each update's next frames, and all
+    32 updates' frames and activations were held at once (0.9 GB for Pong). Values under
+    LARGE_POINT_BYTES a point that do not come from large ones stay as they are: one
+    vectorized op costs less than one per step."""
     loops = [s for s in steps if isinstance(s, Loop)]
     if not loops:
         return steps
     consumers = graph.consumers()
     result = list(steps)
     for loop in loops:
-        sunk: list[Compute] = []
+        movable: list[Compute] = []
         inside = set(loop.members)
-        # latest first: when a value is looked at, whether its readers moved is decided
+        # latest first: when a value is looked at, whether its readers may move is decided
         for step in reversed(result[: result.index(loop)]):
             if isinstance(step, Compute) and _only_read_inside(graph, graph[step.node], loop,
                                                                 inside, consumers):  # fmt: skip
-                sunk.insert(0, step)
+                movable.insert(0, step)
                 inside.add(step.node)
+        large: set[int] = set()
+        for step in movable:  # in program order: producers first
+            node = graph[step.node]
+            if (_point_bytes(node) >= LARGE_POINT_BYTES
+                    or any(edge.node in large for edge in node.all_edges())):  # fmt: skip
+                large.add(node.id)
+        sunk = [step for step in movable if step.node in large]
         if sunk:
             result = _absorbed(graph, result, loop, sunk, loop_dims, loops_of, first=True)
     return result
@@ -332,9 +342,9 @@ def _absorbed(graph: Graph, result: list[Step], loop: Loop, sunk: list[Compute],
 
 def _only_read_inside(graph: Graph, node: Node, loop: Loop, inside: set[int],
                       consumers) -> bool:  # fmt: skip
-    """Whether `node` is large at a point of the loop's dim, and read only by nodes of the
-    loop (or sunk into it), each at the point it is computing."""
-    if loop.dim not in node.domain or _point_bytes(node) < LARGE_POINT_BYTES:
+    """Whether `node` varies along the loop's dim and is read only by nodes of the loop (or
+    that may move into it), each at the point it is computing."""
+    if loop.dim not in node.domain:
         return False
     readers = consumers.get(node.id, ())
     if not readers or any(reader not in inside for reader in readers):
