@@ -215,3 +215,45 @@ def test_auto_placement_keeps_a_program_with_host_ops_on_one_device() -> None:
     host = small_ppo("gymnasium:CartPole-v1")  # the test session's JAX has two CPU devices
     exe = host.program.compile(bounds=host.bounds, devices="auto")
     assert exe.devices == 1 and "it has host ops" in exe.placement
+
+
+def test_a_large_constant_broadcast_is_computed_where_read_not_passed(monkeypatch) -> None:
+    """DQN's replay rings start as zeros broadcast from a constant. A segment reading them
+    computes the broadcast itself instead of taking the materialized zeros, which would be
+    held for the whole run (545 MB for Pong's frames); the metrics stay the same bit for
+    bit."""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+
+    # 40,000 transitions of CartPole: the observation ring's zeros are 1.3 MB (over 1 MiB)
+    config = DQNConfig(env="gymnasium:CartPole-v1", num_envs=4, num_steps=16, total_steps=256,
+                       buffer_size=40_000, learning_starts=64, iterations_per_call=2,
+                       seed=3).validate()  # fmt: skip
+    segments = []
+    init = jax_staged.Segment.__init__
+
+    def recorded(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        segments.append(self)
+
+    def losses() -> list[float]:
+        built = build_dqn(config)
+        exe = built.program.compile(bounds=built.bounds)
+        seen = []
+        exe.run(on_iteration=lambda i, out: seen.append(float(out["loss"])))
+        return seen
+
+    def zeros_passed() -> set[str]:  # the large broadcasts segments take as arguments
+        graph = segments[0].template.graph
+        large = {n.id for n in graph if n.op == "broadcast_to"
+                 and np.prod(n.shape) * np.dtype(n.dtype).itemsize > 2**20}  # fmt: skip
+        return {graph[n].label() for s in segments for n in s.value_reads if n in large}
+
+    monkeypatch.setattr(jax_staged.Segment, "__init__", recorded)
+    regenerated = losses()
+    assert not zeros_passed()
+    monkeypatch.setattr(jax_staged, "_regenerated", lambda ctx, node: False)
+    segments.clear()
+    materialized = losses()
+    assert zeros_passed()  # the observation ring's zeros
+    assert regenerated == materialized and len(regenerated) == 4 and any(regenerated)
