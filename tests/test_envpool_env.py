@@ -51,3 +51,22 @@ def test_an_unknown_envpool_id_is_one_line_and_exit_2(tmp_path: Path, capsys) ->
     assert main(["train", "ppo", "--env", "envpool:NoSuchEnv-v0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "unknown envpool environment 'NoSuchEnv-v0'" in err and "Traceback" not in err
+
+
+def test_atari_frames_arrive_as_bytes_the_network_scales() -> None:
+    """envpool's Atari frames are uint8 (0-255): they stay bytes in the packed step and the
+    networks divide them by 255 (`obs_vectors`); before, they reached the CNN as 0-255 floats."""
+    import rlsys.rt as rt
+    from rlsys.algos.common import obs_vectors
+
+    env = EnvpoolEnv("Pong-v5", num_envs=2, seed=0)
+    assert env.obs_shape == (4, 84, 84) and env.obs_dtype == "uint8"
+    frames = env.host_reset()
+    assert frames.dtype == np.uint8 and frames.max() > 1
+    packed = env.host_step(np.zeros(2, "int32"))
+    assert packed.dtype == np.uint8 and packed.shape == (2, 2 * frames.shape[1] + 12)
+    prog = rt.Program(dims=("i",))
+    with prog:
+        prog.output("x", obs_vectors(env, rt.const(frames[0].reshape(4, 84, 84), "uint8")))
+    scaled = prog.compile(bounds={"I": 1}).run()["x"]
+    np.testing.assert_allclose(scaled, frames[0] / 255.0, rtol=1e-6)
