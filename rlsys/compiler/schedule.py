@@ -317,7 +317,7 @@ def _sink_inputs(graph: Graph, steps: list[Step], loop_dims, loops_of) -> list[S
         large: set[int] = set()
         for step in movable:  # in program order: producers first
             node = graph[step.node]
-            if (_point_bytes(node) >= LARGE_POINT_BYTES
+            if (point_bytes(node) >= LARGE_POINT_BYTES
                     or any(edge.node in large for edge in node.all_edges())):  # fmt: skip
                 large.add(node.id)
         sunk = [step for step in movable if step.node in large]
@@ -364,13 +364,14 @@ def _may_sink(graph: Graph, node: Node, loop: Loop, direct: set[int], later: set
             if edge.node not in direct or not is_same_point(index_on(edge, producer, loop.dim),
                                                             loop.dim):  # fmt: skip
                 return False
-            reads_large |= _point_bytes(producer) >= LARGE_POINT_BYTES
+            reads_large |= point_bytes(producer) >= LARGE_POINT_BYTES
         elif edge.node in later:
             return False  # computed after the loop
     return reads_large
 
 
-def _point_bytes(node: Node) -> int:
+def point_bytes(node: Node) -> int:
+    """The bytes of the node's value at one point of its domain."""
     size = 1
     for extent in node.shape:
         size *= extent if isinstance(extent, int) else 1

@@ -57,7 +57,7 @@ from rlsys.compiler.lower.jax_loop import LoopPlan, carried_to_the_end, run_step
 from rlsys.compiler.lower.packing import PackedStacks, Packing, nbytes
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.passes.dce import needed_nodes
-from rlsys.compiler.schedule import Compute, Loop, Step
+from rlsys.compiler.schedule import Compute, Loop, Step, point_bytes
 from rlsys.compiler.stages import has_host
 
 INDEX = jax.ShapeDtypeStruct((), jnp.int32)
@@ -107,15 +107,11 @@ def _regenerated(ctx: Context, node_id: int) -> bool:
     zeros, read by the merge that starts the buffer at i = 0, and for Pong with a 10,000-step
     buffer the zeros held 545 MB for the whole run."""
     node = ctx.graph[node_id]
-    if node.op != "broadcast_to" or node.domain or _bytes(node) < _REGENERATED_BYTES:
+    if node.op != "broadcast_to" or node.domain or point_bytes(node) < _REGENERATED_BYTES:
         return False
     return all(ctx.graph[e.node].op == "const" and not ctx.graph[e.node].domain
-               and _bytes(ctx.graph[e.node]) <= _SMALL_CONSTANT_BYTES
+               and point_bytes(ctx.graph[e.node]) <= _SMALL_CONSTANT_BYTES
                for e in node.all_edges())  # fmt: skip
-
-
-def _bytes(node) -> int:
-    return nbytes(jax.ShapeDtypeStruct(node.shape, node.dtype))
 
 
 def _with_regenerated(ctx: Context, steps: list[Step], values: set[int]) -> list[Step]:

@@ -68,6 +68,12 @@ def broadcast_shapes(op: str, shapes: Sequence[tuple[Extent, ...]]) -> tuple[Ext
     return tuple(result)
 
 
+def largest_divisor(n: int, least: int, most: int) -> int | None:
+    """The largest divisor of `n` from `least` to `most` (None if there is none): how ops
+    split rows or images into equal chunks."""
+    return next((d for d in range(min(n, most), least - 1, -1) if n % d == 0), None)
+
+
 def normalize_axes(op: str, axis: Any, rank: int) -> tuple[int, ...]:
     axes = tuple(range(rank)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
     normal = []

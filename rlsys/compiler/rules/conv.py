@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from rlsys.compiler.rules.base import ShapeError, TensorType, promote, register
+from rlsys.compiler.rules.base import ShapeError, TensorType, largest_divisor, promote, register
 
 _CANONICAL = ("NHWC", "HWIO", "NHWC")
 
@@ -73,8 +73,7 @@ def _kernel_gradient(x, dy, stride: int, kernel_hw: tuple[int, int]):
     images go in chunks whose patches take at most PATCH_BYTES, their products summed."""
     (kh, kw), (n, out_h, out_w, out) = kernel_hw, dy.shape
     per_image = out_h * out_w * kh * kw * x.shape[3] * x.dtype.itemsize
-    chunk = max([c for c in range(1, n + 1) if n % c == 0 and c * per_image <= PATCH_BYTES],
-                default=1)  # fmt: skip
+    chunk = largest_divisor(n, 1, PATCH_BYTES // per_image) or 1
     if chunk == n:
         return _patch_product(x, dy, stride, kernel_hw)
 

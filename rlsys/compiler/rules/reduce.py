@@ -9,7 +9,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, promote, register
+from rlsys.compiler.rules.base import (
+    ShapeError,
+    TensorType,
+    largest_divisor,
+    normalize_axes,
+    promote,
+    register,
+)
 
 REDUCTIONS = {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min, "std": jnp.std}
 
@@ -123,15 +130,10 @@ def _transposed_rows_times(a, g):
     return transposed @ g.reshape(-1, g.shape[-1])
 
 
-def _largest_divisor(rows: int, least: int, most: int) -> int | None:
-    """The largest divisor of `rows` from `least` to `most` (None if there is none)."""
-    return next((d for d in range(min(rows, most), least - 1, -1) if rows % d == 0), None)
-
-
 def _row_chunk(rows: int) -> int | None:
     """The chunk of rows `_chunked_rows_times` sums over: the largest divisor of `rows` up
     to 2048, if it is at least 128 (else None: no good chunking)."""
-    chunk = _largest_divisor(rows, 128, 2048)
+    chunk = largest_divisor(rows, 128, 2048)
     return chunk if chunk is not None and chunk < rows else None
 
 
@@ -153,7 +155,7 @@ def _chunked_rows_times(a, g):
 def _row_block(rows: int) -> int | None:
     """The block of rows `_blocked_rows_times` sums over: the largest divisor of `rows` from
     32 to 64 (None if there is none)."""
-    return _largest_divisor(rows, 32, 64)
+    return largest_divisor(rows, 32, 64)
 
 
 def _blocked_rows_times(a, g):
