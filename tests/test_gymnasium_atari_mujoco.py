@@ -84,16 +84,21 @@ def test_dqn_trains_and_evaluates_on_pong_through_the_cnn(ale, tmp_path: Path, c
     assert "dqn on gymnasium:ALE/Pong-v5: mean return" in capsys.readouterr().out
 
 
+def _small_pong_dqn():
+    """DQN on Pong, built (not compiled): 2 envs x 16 steps, a ring of 2 slots."""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+
+    return build_dqn(DQNConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=16,
+                               total_steps=64, buffer_size=64, learning_starts=32,
+                               minibatch_size=8).validate())  # fmt: skip
+
+
 def test_dqn_keeps_atari_frames_as_bytes_in_its_replay_buffer(ale) -> None:
     """Observations (obs and next obs) go to a ring of their own in the env's dtype: Pong's
     frames take a byte each there, a quarter of a float's (a 10,000-step buffer of Pong:
     565 MB, not 2.26 GB)."""
-    from rlsys.algos.config import DQNConfig
-    from rlsys.algos.dqn import build_dqn
-
-    config = DQNConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=16, total_steps=64,
-                       buffer_size=64, learning_starts=32, minibatch_size=8).validate()  # fmt: skip
-    rings = {n.name: n for n in build_dqn(config).program.graph() if n.op == "merge"}
+    rings = {n.name: n for n in _small_pong_dqn().program.graph() if n.op == "merge"}
     frames, floats = rings["replay_obs"], rings["replay"]
     assert (frames.dtype, frames.shape) == ("uint8", (2, 32, 2, *FRAMES))  # 2 slots of 32
     assert (floats.dtype, floats.shape) == ("float32", (2, 32, 3))  # action, reward, ended
@@ -105,14 +110,10 @@ def test_dqn_runs_the_target_network_one_update_at_a_time(ale) -> None:
     and the CNN's activations over them, held at once (0.9 GB for Pong). The targets are
     small, but they come from large values that only the update loop reads, so they move
     into the loop with them (`schedule._sink_inputs`): one update's frames at a time."""
-    from rlsys.algos.config import DQNConfig
-    from rlsys.algos.dqn import build_dqn
     from rlsys.compiler.pipeline import run_pipeline
     from rlsys.compiler.schedule import build_schedule
 
-    config = DQNConfig(env=f"gymnasium:{PONG}", num_envs=2, num_steps=16, total_steps=64,
-                       buffer_size=64, learning_starts=32, minibatch_size=8).validate()  # fmt: skip
-    graph, _ = run_pipeline(build_dqn(config).program.graph())
+    graph, _ = run_pipeline(_small_pong_dqn().program.graph())
     schedule = build_schedule(graph, graph.nodes)
     u = graph.dims[1]
     convs = [n for n in graph if n.op == "conv2d" and u in n.domain]  # not the acting ones
