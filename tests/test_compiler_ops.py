@@ -83,6 +83,9 @@ EXAMPLES = {
     "slice_axis": lambda: _x().slice_axis(1, 3),
     "take": lambda: _x().take(rt.const(np.array([2, 0], "int32"))),
     "concat": lambda: rt.concat([_x(), _x() * 2.0]),
+    "set_rows": lambda: (
+        _x().reshape(3, 1).set_rows(prog_dims()[0], _x().reshape(3, 1).slice_axis(0, 2) * 0.5)
+    ),
     "transpose": lambda: _x().reshape(3, 1).transpose(),
     "broadcast_to": lambda: _x().broadcast_to((2, 3)),
     "fold_in": lambda: _key().fold_in(3),
@@ -121,6 +124,24 @@ def test_bitcast_reads_bytes_back_as_the_floats_packed_into_them() -> None:
         np.testing.assert_array_equal(y, packed)  # bit for bit
     with prog, pytest.raises(RecurrenceError, match="last axis must hold one float32's 4"):
         rt.const(np.zeros((2, 3)), "uint8").bitcast("float32")
+
+
+def test_set_rows_replaces_rows_and_says_what_they_must_be() -> None:
+    prog = rt.Program(dims=("i",))
+    (i,) = prog.dims
+    with prog:
+        table = rt.const(np.arange(8, dtype="float32").reshape(4, 2))
+        prog.output("y", table.set_rows(2 * i, rt.const(-np.ones((2, 2), "float32"))))
+    for backend in ("ref", "jax"):
+        y = prog.compile(bounds={"I": 2}, backend=backend).run()["y"]
+        expected = np.arange(8, dtype="float32").reshape(4, 2)
+        expected[2:] = -1.0
+        np.testing.assert_array_equal(y[1], expected)  # iteration 1 replaced rows 2 and 3
+    with prog, pytest.raises(RecurrenceError, match=r"rows of float32 \(4, 2\) are float32 "
+                             r"\(n, 2\) with n <= 4, not float32 \(3,\)"):  # fmt: skip
+        table.set_rows(0, rt.const(np.zeros(3, "float32")))
+    with prog, pytest.raises(RecurrenceError, match="the start must be an integer scalar"):
+        table.set_rows(0.5, rt.const(np.zeros((1, 2), "float32")))
 
 
 @pytest.mark.parametrize("op", sorted(EXAMPLES))

@@ -100,8 +100,8 @@ def test_dqn_keeps_atari_frames_as_bytes_in_its_replay_buffer(ale) -> None:
     565 MB, not 2.26 GB)."""
     rings = {n.name: n for n in _small_pong_dqn().program.graph() if n.op == "merge"}
     frames, floats = rings["replay_obs"], rings["replay"]
-    assert (frames.dtype, frames.shape) == ("uint8", (2, 32, 2, *FRAMES))  # 2 slots of 32
-    assert (floats.dtype, floats.shape) == ("float32", (2, 32, 3))  # action, reward, ended
+    assert (frames.dtype, frames.shape) == ("uint8", (64, 2, *FRAMES))  # 2 slots of 32
+    assert (floats.dtype, floats.shape) == ("float32", (64, 3))  # action, reward, ended
 
 
 def test_dqn_runs_the_target_network_one_update_at_a_time(ale) -> None:
@@ -132,9 +132,9 @@ def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, staged
     assert main(argv) == 0
     staged_loops.clear()  # training's
     assert main(["eval", str(out), "--episodes", "2", "--max-steps", "20"]) == 0
-    (acting,) = [loop for loop in staged_loops if loop.initial_stacks]
+    (acting,) = [loop for loop in staged_loops if loop.stack_shapes]
     frame_bytes = 4 * math.prod(FRAMES)
-    rows = {m: stack[0].nbytes for m, stack in acting.initial_stacks.items()}
+    rows = {m: math.prod(s.shape[1:]) * s.dtype.itemsize for m, s in acting.stack_shapes.items()}
     assert rows and all(row < frame_bytes for row in rows.values()), rows
     assert acting.last_steps  # the returned observation, kept from the carry
 

@@ -195,18 +195,19 @@ class _Ring:
         i = self.prog.dims[0]
         _, _, B, T = self.prog.bounds
         shape, dtype = transition.shape, transition.dtype
-        rows = transition[i, 0:B, 0:T].reshape(1, self.per_slot, *shape)
-        ring = rt.placeholder(shape=(self.slots, self.per_slot, *shape), dtype=dtype,
-                              domain=(i,), name=name)  # fmt: skip
-        ring[0] = rt.const(0, dtype).broadcast_to((self.slots, self.per_slot, *shape))
-        slot = np.arange(self.slots, dtype="int32").reshape(self.slots, 1, *(1 for _ in shape))
-        stored = rt.where(rt.const(slot) == i % self.slots, rows, ring[i])
+        rows = transition[i, 0:B, 0:T].reshape(self.per_slot, *shape)
+        ring = rt.placeholder(shape=(self.capacity, *shape), dtype=dtype, domain=(i,),
+                              name=name)  # fmt: skip
+        ring[0] = rt.const(0, dtype).broadcast_to((self.capacity, *shape))
+        # Only the slot is written: the ring, a window passed from iteration to iteration,
+        # is updated in place (`jax_staged.Segment` donates it), not copied.
+        stored = ring[i].set_rows(i % self.slots * self.per_slot, rows)
         ring[i + 1] = stored
         return stored
 
     def rows(self, stored, picks):
-        """The transitions at flat positions `picks` of the stored ring."""
-        return stored.reshape(self.capacity, *stored.shape[2:]).take(picks)
+        """The transitions at positions `picks` of the stored ring."""
+        return stored.take(picks)
 
 
 def _td_loss(cfg: DQNConfig, model: QNetwork, params, target_params, mb: dict):

@@ -256,6 +256,14 @@ class RecurrentTensor:
     def take(self, index: Operand, axis: int = 0) -> RecurrentTensor:
         return self._binary("take", index, axis=axis)
 
+    def set_rows(self, start: Operand, rows: Operand) -> RecurrentTensor:
+        """This tensor with its rows from `start` along the first spatial axis replaced by
+        `rows` (shaped (n, *self.shape[1:])): a replay ring's slot written, in place where
+        the program no longer needs the old tensor (a loop's window, passed to the next
+        step)."""
+        rows = lift(self.program, rows)
+        return self.program.apply("set_rows", [self, lift(self.program, start), rows])
+
     def transpose(self, *perm: int) -> RecurrentTensor:
         perm = tuple(perm) or tuple(reversed(range(len(self.shape))))
         return self._unary("transpose", perm=perm)

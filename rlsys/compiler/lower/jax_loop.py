@@ -245,6 +245,11 @@ class LoopPlan:
         return {m: jnp.concatenate([arrays[m][None], carry[m][:-1]]) for m in carry}
 
 
+def zeros(shapes: dict[int, Any]) -> dict[int, Any]:
+    """Zeros of the given shapes and dtypes (a carry or stacks to start from)."""
+    return {m: jnp.zeros(s.shape, s.dtype) for m, s in shapes.items()}
+
+
 def run_loop(ctx: Context, loop: Loop) -> None:
     plan = LoopPlan.make(ctx, loop)
     at_end = carried_to_the_end(ctx, loop, plan)

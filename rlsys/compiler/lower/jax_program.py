@@ -44,7 +44,7 @@ from rlsys.compiler.lazy import check_not_differentiated, lazy_branches
 from rlsys.compiler.lower.data_parallel import Split, plan_split
 from rlsys.compiler.lower.hlo_work import matmul_flops
 from rlsys.compiler.lower.jax import Context, Value, in_domain_order
-from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps
+from rlsys.compiler.lower.jax_loop import LoopPlan, run_steps, zeros
 from rlsys.compiler.lower.jax_staged import StagedLoop, StagedSteps, unread_values
 from rlsys.compiler.lower.memory_schedule import compile_frugally, temporaries
 from rlsys.compiler.lower.profiled import profiled_call
@@ -254,7 +254,7 @@ class JaxExecutable:
         epilogue = StagedSteps(after, self._post, cut=cut)
         self._staged_parts = [prologue, loop.body, epilogue]
         self._staged_loop = loop
-        self._carry0 = loop.initial_carry
+        self._carry_shapes, self._new_carry = loop.carry_shapes, loop.new_carry
         self.iterations_per_call = 1
 
         def run_prologue(inputs) -> Context:
@@ -288,8 +288,8 @@ class JaxExecutable:
         pre_shapes = jax.eval_shape(self._prologue, abstract)
         self._prologue_fn = jax.jit(self._prologue).lower(abstract).compile()
         plan = LoopPlan.make(_context(self.ir, self.bounds, {}, self.schedule), self._loop)
-        self._carry0 = plan.initial_carry()
-        carry_shapes = jax.eval_shape(lambda c: c, self._carry0)
+        self._carry_shapes = carry_shapes = jax.eval_shape(plan.initial_carry)
+        self._new_carry = partial(zeros, carry_shapes)
         extent = self.bounds[self._loop.dim.bound]
         self.iterations_per_call = _even_chunk(extent, self.iterations_per_call)
         self._calls = {}  # iterations per call -> compiled function (a shorter last call)
@@ -315,7 +315,7 @@ class JaxExecutable:
         if split is None:
             return lambda iterations: iterations
         replicated = PartitionSpec()
-        carry = {m: split.spec(plan.window_axes[m], leading=1) for m in self._carry0}
+        carry = {m: split.spec(plan.window_axes[m], leading=1) for m in self._carry_shapes}
         in_specs = (replicated, {n: split.spec(self._axes[n]) for n in pre_shapes}, carry,
                     replicated)  # fmt: skip
         out_specs = (carry, {m: split.spec(self._kept_axes[m], leading=1) for m in kept_shapes})
@@ -395,7 +395,7 @@ class JaxExecutable:
         per_iteration = [s for s in self.ir.sinks if s.output in self.iteration_outputs]
         report = on_iteration is not None or per_iteration
         pre = self._prologue_fn(arrays)
-        carry, done = self._carry0, 0
+        carry, done = self._new_carry(), 0
         if resume is not None:
             carry, done = self._resumed_carry(resume), resume.done
         # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
@@ -462,21 +462,22 @@ class JaxExecutable:
         compilations of one program (`compile(devices="auto")`)."""
         if self.unsplittable():  # a call of host ops would step a real environment
             raise RecurrenceError("internal: only iterations without host ops are timed")
-        arrays = {n: np.zeros(spec.shape, spec.dtype) for n, spec in self.input_specs.items()}
-        arrays, pre, carry = self._placed_arguments(arrays, self._prologue_fn(arrays),
-                                                    self._carry0)  # fmt: skip
+        inputs = {n: np.zeros(spec.shape, spec.dtype) for n, spec in self.input_specs.items()}
+        pre = self._prologue_fn(inputs)
         start = self.bounds[self._loop.dim.bound] - 1 if self._loop.reverse else 0
         call = self._calls[min(self._calls)]
 
         def seconds() -> float:
+            # a carry of its own: a staged iteration's last segment donates the one it gets
+            arrays, placed, carry = self._placed_arguments(inputs, pre, self._new_carry())
             began = time.perf_counter()
-            jax.block_until_ready(call(arrays, pre, carry, np.int32(start)))
+            jax.block_until_ready(call(arrays, placed, carry, np.int32(start)))
             return time.perf_counter() - began
 
         return seconds
 
     def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
-        expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry0.items()}
+        expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry_shapes.items()}
         given = {k: (np.shape(v), str(np.asarray(v).dtype)) for k, v in state.carry.items()}
         if given != expected or not 0 <= state.done <= self.bounds[self._loop.dim.bound]:
             raise RecurrenceError(

@@ -53,7 +53,7 @@ from rlsys.compiler.lower.jax import (
     host_result,
     in_domain_order,
 )
-from rlsys.compiler.lower.jax_loop import LoopPlan, carried_to_the_end, run_steps
+from rlsys.compiler.lower.jax_loop import LoopPlan, carried_to_the_end, run_steps, zeros
 from rlsys.compiler.lower.packing import PackedStacks, Packing, nbytes
 from rlsys.compiler.lower.profiled import profiled_call
 from rlsys.compiler.passes.dce import needed_nodes
@@ -72,10 +72,6 @@ def _compiled(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
     compiled = lowered.compile(compiler_options=backend_options() or None)
     release_freed_heap()
     return compiled
-
-
-def _abstract(array: Any) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(np.shape(array), array.dtype)
 
 
 def _nodes(steps: Iterable[Step]) -> set[int]:
@@ -141,6 +137,9 @@ class Segment:
         if finish is not None:  # the windows' and stacks' new entries: this step's values
             values |= {m for m in (*finish.window_axes, *(stacks or ())) if m not in nodes}
         self.value_reads, self.window_reads = sorted(values), sorted(windows)
+        # The loop's own windows, read from the carry this segment moves (not passed twice)
+        own = set(finish.window_axes) if finish is not None else set()
+        self.carried_reads = [n for n in self.window_reads if n in own]
         self.axes = {n: ctx.values[n].axes for n in self.value_reads}
         self.last_steps = {n: v for n in self.value_reads
                            if isinstance(v := ctx.values[n], LastStep)}  # fmt: skip
@@ -148,12 +147,18 @@ class Segment:
         self.live = _live_after(ctx, nodes, moves_windows=finish is not None)
         self.operation = _operation(ctx, nodes, host)
         self.out_axes: dict[int, tuple] = {}  # filled while tracing
-        args = self._arguments(ctx, finish.initial_carry() if finish else {}, stacks or {})
+        carry = jax.eval_shape(finish.initial_carry) if finish else {}  # shapes, no zeros
+        args = self._arguments(ctx, carry, stacks or {})
         values, host_args, _, _ = jax.eval_shape(self._traced, *args)  # sets out_axes
+        # The carry and stacks are donated: nothing reads them after the step's last segment
+        # (the loop goes on with the ones it returns), so XLA writes them in place. A replay
+        # ring (DQN's) is a window: written a slot per iteration, not copied whole.
+        donated = (4, 5) if finish is not None else ()
         if split is None:
-            self.compiled = _compiled(jax.jit(self._traced).lower(*args))
+            traced = jax.jit(self._traced, donate_argnums=donated)
         else:
-            self.compiled = _compiled(self._over_devices(split, args).lower(*args))
+            traced = self._over_devices(split, args, donated)
+        self.compiled = _compiled(traced.lower(*args))
         self._record(ctx, values, host_args, call=False)
 
     def run(self, ctx: Context, carry: dict | None = None,
@@ -170,13 +175,13 @@ class Segment:
         return (
             ctx.inputs,
             {n: ctx.values[n].array for n in self.value_reads},
-            {n: ctx.windows[n].array for n in self.window_reads},
+            {n: ctx.windows[n].array for n in self.window_reads if n not in self.carried_reads},
             tuple(ctx.loop_index[d] for d in self.loop_dims),
             carry,
             stacks,
         )
 
-    def _over_devices(self, split: Split, args: tuple):
+    def _over_devices(self, split: Split, args: tuple, donated: tuple[int, ...]):
         """`_traced` on every device, each on its points: the arguments and results spread
         along the split dim where they have it, the same on every device elsewhere."""
         inputs, values, windows, indices, carry, stacks = args
@@ -198,14 +203,16 @@ class Segment:
         # window the step overwrites) would otherwise be pruned, or expected on one device.
         shardings = jax.tree.map(split.sharding, in_specs,
                                  is_leaf=lambda x: isinstance(x, PartitionSpec))  # fmt: skip
-        return jax.jit(over_devices, in_shardings=shardings, keep_unused=True)
+        return jax.jit(over_devices, in_shardings=shardings, keep_unused=True,
+                       donate_argnums=donated)  # fmt: skip
 
     def _traced(self, inputs, values, windows, indices, carry, stacks, split=None):
         t = self.template
         ctx = Context(
             t.graph, t.bounds if split is None else split.local_bounds(t.bounds), inputs,
             {n: self._value(n, a) for n, a in values.items()},
-            {n: Window(a, t.windows[n].dim, t.windows[n].axes) for n, a in windows.items()},
+            {n: Window(a, t.windows[n].dim, t.windows[n].axes)
+             for n, a in {**windows, **{n: carry[n] for n in self.carried_reads}}.items()},
             dict(zip(self.loop_dims, indices, strict=True)),
             t.outputs, t.grad_reads, t.consumers, t.loss_grads, t.lazy, t.deferred,
             t.grad_reuse, split=split,
@@ -483,12 +490,13 @@ class Rotated:
         """Run the loop's steps in `order`; return its stacks, arranged, and its last steps'
         values (`StagedLoop._arranged`). A step in Python is the call and the host op,
         nothing else."""
-        inner = loop.inner(ctx, loop.initial_carry, order[0])
-        constants, large = self._split(self._reads(inner, loop.initial_carry))
+        carry = loop.new_carry()
+        inner = loop.inner(ctx, carry, order[0])
+        constants, large = self._split(self._reads(inner, carry))
         previous = loop.device_index(order[0])
         constants, state, stacks, host_args = profiled_call(
             self.first.operation, self._start,
-            constants, large, inner.inputs, loop.initial_carry, previous,
+            constants, large, inner.inputs, carry, previous,
         )  # fmt: skip
         result = call_host(self.host, *host_args)
         for index in order[1:]:
@@ -530,11 +538,11 @@ class StagedLoop:
         self.last_steps = carried_to_the_end(ctx, loop, plan) if stacked else frozenset()
         plan = dataclasses.replace(plan, kept=plan.kept - self.last_steps)
         self.window_axes, self.kept = plan.window_axes, sorted(plan.kept)
-        self.initial_carry = plan.initial_carry()
-        self.initial_stacks = plan.initial_stacks() if stacked else {}
-        carry = {m: _abstract(a) for m, a in self.initial_carry.items()}
+        # Shapes only: each run starts from zeros of its own, since the step's last segment
+        # donates the carry and stacks it is given (`Segment`).
+        self.carry_shapes = carry = jax.eval_shape(plan.initial_carry)
+        self.stack_shapes = stacks = jax.eval_shape(plan.initial_stacks) if stacked else {}
         inner = self._inner(ctx, carry, INDEX)
-        stacks = {m: _abstract(a) for m, a in self.initial_stacks.items()}
         self.body = StagedSteps(inner, loop.body, finish=plan, stacks=stacks, cut=cut,
                                 split=split)  # fmt: skip
         parts = self.body.parts
@@ -551,7 +559,7 @@ class StagedLoop:
             ctx.values[m] = Value(jax.ShapeDtypeStruct(tuple(shape[p] for p in perm),
                                                        entry.array.dtype), ordered)  # fmt: skip
         for m in self.last_steps:
-            window = self.initial_carry[m]  # (size, *the entry)
+            window = self.carry_shapes[m]  # (size, *the entry)
             step_value = jax.ShapeDtypeStruct(window.shape[1:], window.dtype)
             ctx.values[m] = self._last_step(m, step_value)
         self.rotated = (Rotated(inner, loop, *parts, carry, stacks, self._arranged)
@@ -560,6 +568,10 @@ class StagedLoop:
         # transpositions would cost a dispatch each per run (and a first lowering in it).
         if stacked and self.rotated is None:
             self._arrange = _compiled(jax.jit(self._arranged).lower(stacks, carry))
+
+    def new_carry(self) -> dict:
+        """The carry of a run's first step (the windows' zeros), made afresh for each run."""
+        return zeros(self.carry_shapes)
 
     def _arranged(self, stacks: dict, carry: dict) -> tuple[dict, dict]:
         """The stacks in domain order, and the last steps' values from the final carry."""
@@ -597,7 +609,7 @@ class StagedLoop:
         if self.rotated is not None:
             stored = self.rotated.run(self, ctx, order)
         else:
-            carry, stacks = self.initial_carry, self.initial_stacks
+            carry, stacks = self.new_carry(), zeros(self.stack_shapes)
             for index in order:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
             stored = self._arrange(stacks, carry)

@@ -1,5 +1,5 @@
-"""Ops that rearrange spatial axes: reshape, slice, take, concat, transpose, broadcast, and
-bitcast (bytes read as a wider type)."""
+"""Ops that rearrange spatial axes: reshape, slice, take, concat, transpose, broadcast,
+bitcast (bytes read as a wider type) and set_rows (some rows replaced)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,22 @@ def _bitcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> Te
     return TensorType(x.shape[:-1], dtype)
 
 
+def _set_rows_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+    """x with its rows from `start` (along the first axis) replaced by `rows`."""
+    x, start, rows = types
+    if not x.shape:
+        raise ShapeError("set_rows: a scalar has no rows to replace; index an array")
+    if start.shape or not jnp.issubdtype(start.dtype, jnp.integer):
+        raise ShapeError(f"set_rows: the start must be an integer scalar, not {start.dtype} "
+                         f"{start.shape}")  # fmt: skip
+    fits = len(rows.shape) == len(x.shape) and rows.shape[0] <= x.shape[0]
+    if not fits or tuple(rows.shape[1:]) != tuple(x.shape[1:]) or rows.dtype != x.dtype:
+        raise ShapeError(f"set_rows: rows of {x.dtype} {x.shape} are {x.dtype} "
+                         f"(n, {', '.join(map(str, x.shape[1:]))}) with n <= {x.shape[0]}, not "
+                         f"{rows.dtype} {rows.shape}; cast or reshape them")  # fmt: skip
+    return x
+
+
 def _slice_point(x, *, axis: int, start: int, stop: int):
     return jax.lax.slice_in_dim(x, start, stop, axis=axis % x.ndim)  # a slice, not a gather
 
@@ -93,4 +109,7 @@ register("take", _take_infer, lambda x, index, axis=0: jnp.take(x, index, axis=a
 register("concat", _concat_infer, lambda *xs, axis=0: jnp.concatenate(xs, axis=axis))
 register("transpose", _transpose_infer, lambda x, perm: jnp.transpose(x, perm))
 register("broadcast_to", _broadcast_infer, lambda x, shape: jnp.broadcast_to(x, shape))
+# A start past x.shape[0] - n is clamped to it, as XLA's dynamic update does.
+register("set_rows", _set_rows_infer,
+         lambda x, start, rows: jax.lax.dynamic_update_slice_in_dim(x, rows, start, 0))  # fmt: skip
 register("bitcast", _bitcast_infer, lambda x, dtype: jax.lax.bitcast_convert_type(x, dtype))
