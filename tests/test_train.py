@@ -65,6 +65,22 @@ def test_config_file_and_command_line(tmp_path: Path) -> None:
     assert "anneal_lr = false" in written
 
 
+def test_the_example_configs_are_valid() -> None:
+    """Each `examples/<algo>_*.toml` names only options of its algorithm, with valid values
+    (`rlsys train <algo> --config FILE` would build from it)."""
+    import argparse
+    import tomllib
+
+    from rlsys.train import config_from_args
+
+    examples = sorted((Path(__file__).parents[1] / "examples").glob("*.toml"))
+    assert examples
+    for path in examples:
+        config = config_from_args(argparse.Namespace(algo=path.stem.split("_")[0], config=path))
+        for name, value in tomllib.loads(path.read_text()).items():
+            assert getattr(config, name) == value, (path, name)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
