@@ -298,3 +298,27 @@ def test_a_replay_ring_is_written_in_place(monkeypatch) -> None:
     selected, memory = run()
     assert memory.temp_size_in_bytes >= ring_bytes  # a new ring, every iteration
     assert in_place == selected and len(in_place) == 4 and any(in_place)
+
+
+def test_an_in_graph_replay_ring_is_updated_in_place_across_calls() -> None:
+    """With an in-graph environment the iterations run as jitted calls (several iterations
+    each), each taking the carry the last one returned: it is donated, so the call's ring
+    is the one it was passed rather than a copy of it, and each run starts from zeros of
+    its own (a second run gives the same losses). (Inside a call XLA still copies the rings
+    once into its loop over the iterations: 3.3 MB of temporaries against 1.8 MB of rings.)"""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+
+    config = DQNConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_steps=256,
+                       buffer_size=40_000, learning_starts=64, seed=3).validate()  # fmt: skip
+    built = build_dqn(config)
+    exe = built.program.compile(bounds=built.bounds, iterations_per_call=2)
+    memory = exe._calls[2].memory_analysis()
+    ring_bytes = 40_000 * 2 * 4 * 4  # obs and next obs
+    assert memory.alias_size_in_bytes >= ring_bytes
+    runs = []
+    for _ in range(2):
+        losses = []
+        exe.run(on_iteration=lambda i, out, losses=losses: losses.append(float(out["loss"])))
+        runs.append(losses)
+    assert runs[0] == runs[1] and len(runs[0]) == 4 and any(runs[0])
