@@ -270,7 +270,7 @@ def test_a_replay_ring_is_written_in_place(monkeypatch) -> None:
     from rlsys.algos.config import DQNConfig
     from rlsys.algos.dqn import build_dqn
 
-    # 40,000 transitions of CartPole: an observation ring of 2.6 MB (obs and next obs)
+    # 40,000 transitions of CartPole: an observation ring of 1.3 MB (obs and next obs)
     config = DQNConfig(env="gymnasium:CartPole-v1", num_envs=4, num_steps=16, total_steps=256,
                        buffer_size=40_000, learning_starts=64, seed=3).validate()  # fmt: skip
     ring_bytes = 40_000 * 2 * 4 * 4
