@@ -135,7 +135,7 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
         sample_key = rt.random.key(cfg.seed + 2).fold_in(i).fold_in(u)
         picks = rt.random.uniform(sample_key, (cfg.minibatch_size,)) * filled
         picks = rt.minimum(picks.astype("int32"), capacity - 1)
-        seen, scalars = ring.rows(stored_frames, picks), ring.rows(stored_floats, picks)
+        seen, scalars = stored_frames.take(picks), stored_floats.take(picks)
         mb = cfg.minibatch_size
 
         def column(k: int, batch=scalars):
@@ -204,10 +204,6 @@ class _Ring:
         stored = ring[i].set_rows(i % self.slots * self.per_slot, rows)
         ring[i + 1] = stored
         return stored
-
-    def rows(self, stored, picks):
-        """The transitions at positions `picks` of the stored ring."""
-        return stored.take(picks)
 
 
 def _td_loss(cfg: DQNConfig, model: QNetwork, params, target_params, mb: dict):

@@ -254,7 +254,7 @@ class JaxExecutable:
         epilogue = StagedSteps(after, self._post, cut=cut)
         self._staged_parts = [prologue, loop.body, epilogue]
         self._staged_loop = loop
-        self._carry_shapes, self._new_carry = loop.carry_shapes, loop.new_carry
+        self._carry_shapes = loop.carry_shapes
         self.iterations_per_call = 1
 
         def run_prologue(inputs) -> Context:
@@ -289,7 +289,6 @@ class JaxExecutable:
         self._prologue_fn = jax.jit(self._prologue).lower(abstract).compile()
         plan = LoopPlan.make(_context(self.ir, self.bounds, {}, self.schedule), self._loop)
         self._carry_shapes = carry_shapes = jax.eval_shape(plan.initial_carry)
-        self._new_carry = partial(zeros, carry_shapes)
         extent = self.bounds[self._loop.dim.bound]
         self.iterations_per_call = _even_chunk(extent, self.iterations_per_call)
         self._calls = {}  # iterations per call -> compiled function (a shorter last call)
@@ -401,7 +400,7 @@ class JaxExecutable:
         per_iteration = [s for s in self.ir.sinks if s.output in self.iteration_outputs]
         report = on_iteration is not None or per_iteration
         pre = self._prologue_fn(arrays)
-        carry, done = self._new_carry(), 0
+        carry, done = zeros(self._carry_shapes), 0  # the run's own: the calls donate it
         if resume is not None:
             carry, done = self._resumed_carry(resume), resume.done
         # where the iterations take them; the epilogue takes `arrays` and `pre` as they are
@@ -475,7 +474,7 @@ class JaxExecutable:
 
         def seconds() -> float:
             # a carry of its own: a staged iteration's last segment donates the one it gets
-            arrays, placed, carry = self._placed_arguments(inputs, pre, self._new_carry())
+            arrays, placed, carry = self._placed_arguments(inputs, pre, zeros(self._carry_shapes))
             began = time.perf_counter()
             jax.block_until_ready(call(arrays, placed, carry, np.int32(start)))
             return time.perf_counter() - began

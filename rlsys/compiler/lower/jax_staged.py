@@ -490,7 +490,7 @@ class Rotated:
         """Run the loop's steps in `order`; return its stacks, arranged, and its last steps'
         values (`StagedLoop._arranged`). A step in Python is the call and the host op,
         nothing else."""
-        carry = loop.new_carry()
+        carry = zeros(loop.carry_shapes)  # a run's own: the calls donate it
         inner = loop.inner(ctx, carry, order[0])
         constants, large = self._split(self._reads(inner, carry))
         previous = loop.device_index(order[0])
@@ -569,10 +569,6 @@ class StagedLoop:
         if stacked and self.rotated is None:
             self._arrange = _compiled(jax.jit(self._arranged).lower(stacks, carry))
 
-    def new_carry(self) -> dict:
-        """The carry of a run's first step (the windows' zeros), made afresh for each run."""
-        return zeros(self.carry_shapes)
-
     def _arranged(self, stacks: dict, carry: dict) -> tuple[dict, dict]:
         """The stacks in domain order, and the last steps' values from the final carry."""
         return ({m: jnp.transpose(a, self.layouts[m][1]) for m, a in stacks.items()},
@@ -609,7 +605,7 @@ class StagedLoop:
         if self.rotated is not None:
             stored = self.rotated.run(self, ctx, order)
         else:
-            carry, stacks = self.new_carry(), zeros(self.stack_shapes)
+            carry, stacks = zeros(self.carry_shapes), zeros(self.stack_shapes)
             for index in order:
                 carry, stacks = self.body.run(self.inner(ctx, carry, index), carry, stacks)
             stored = self._arrange(stacks, carry)

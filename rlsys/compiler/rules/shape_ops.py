@@ -91,9 +91,9 @@ def _set_rows_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> T
     if start.shape or not jnp.issubdtype(start.dtype, jnp.integer):
         raise ShapeError(f"set_rows: the start must be an integer scalar, not {start.dtype} "
                          f"{start.shape}")  # fmt: skip
-    lengths = (rows.shape[0], x.shape[0]) if rows.shape and x.shape else (0, 0)
-    known = all(isinstance(n, int) for n in lengths)  # symbolic until the bounds are given
-    fits = len(rows.shape) == len(x.shape) and (not known or lengths[0] <= lengths[1])
+    fits = len(rows.shape) == len(x.shape)
+    if fits and isinstance(rows.shape[0], int) and isinstance(x.shape[0], int):
+        fits = rows.shape[0] <= x.shape[0]  # extents may be symbolic until bounds are given
     if not fits or tuple(rows.shape[1:]) != tuple(x.shape[1:]) or rows.dtype != x.dtype:
         raise ShapeError(f"set_rows: rows of {x.dtype} {x.shape} are {x.dtype} "
                          f"(n, {', '.join(map(str, x.shape[1:]))}) with n <= {x.shape[0]}, not "
