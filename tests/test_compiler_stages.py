@@ -252,7 +252,7 @@ def test_a_large_constant_broadcast_is_computed_where_read_not_passed(monkeypatc
     monkeypatch.setattr(jax_staged.Segment, "__init__", recorded)
     regenerated = losses()
     assert not zeros_passed()
-    monkeypatch.setattr(jax_staged, "_regenerated", lambda ctx, node: False)
+    monkeypatch.setattr(jax_staged, "regenerated", lambda ctx, node: False)
     segments.clear()
     materialized = losses()
     assert zeros_passed()  # the observation ring's zeros
@@ -322,3 +322,29 @@ def test_an_in_graph_replay_ring_is_updated_in_place_across_calls() -> None:
         exe.run(on_iteration=lambda i, out, losses=losses: losses.append(float(out["loss"])))
         runs.append(losses)
     assert runs[0] == runs[1] and len(runs[0]) == 4 and any(runs[0])
+
+
+def test_an_in_graph_program_does_not_hold_a_replay_rings_zeros_for_the_run(monkeypatch) -> None:
+    """The zeros a ring starts as are a large broadcast of a constant: the prologue leaves
+    them out of what it passes to the iterations (they would be held for the whole run: 613
+    MiB for Breakout-MinAtar with a 200,000-step buffer), which read the carried ring."""
+    from rlsys.algos.config import DQNConfig
+    from rlsys.algos.dqn import build_dqn
+    from rlsys.compiler.lower import jax_program
+
+    config = DQNConfig(env="gymnax:CartPole-v1", num_envs=4, num_steps=16, total_steps=128,
+                       buffer_size=40_000, learning_starts=64, seed=3).validate()  # fmt: skip
+
+    def prologue_bytes_and_losses() -> tuple[int, list[float]]:
+        built = build_dqn(config)
+        exe = built.program.compile(bounds=built.bounds, iterations_per_call=2)
+        losses = []
+        exe.run(on_iteration=lambda i, out: losses.append(float(out["loss"])))
+        return exe._prologue_fn.memory_analysis().output_size_in_bytes, losses
+
+    passed, losses = prologue_bytes_and_losses()
+    monkeypatch.setattr(jax_program, "regenerated", lambda ctx, node: False)
+    held, held_losses = prologue_bytes_and_losses()
+    ring_bytes = 40_000 * 2 * 4 * 4  # obs and next obs: 1.3 MB, over the 1 MiB regenerated
+    assert held - passed >= ring_bytes
+    assert losses == held_losses and len(losses) == 2 and all(np.isfinite(losses))

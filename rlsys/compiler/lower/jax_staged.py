@@ -88,7 +88,7 @@ def _reads(ctx: Context, steps: list[Step]) -> tuple[set[int], set[int]]:
     nodes = _nodes(steps)
     reads = {e.node for n in nodes for e in ctx.graph[n].all_edges()}
     reads |= {r for n in nodes for r in ctx.grad_reads.get(n, ())}
-    values = {n for n in reads - nodes if n in ctx.values or _regenerated(ctx, n)}
+    values = {n for n in reads - nodes if n in ctx.values or regenerated(ctx, n)}
     return values, {n for n in reads if n in ctx.windows}
 
 
@@ -96,12 +96,13 @@ _REGENERATED_BYTES = 1 << 20
 _SMALL_CONSTANT_BYTES = 1 << 10
 
 
-def _regenerated(ctx: Context, node_id: int) -> bool:
+def regenerated(ctx: Context, node_id: int) -> bool:
     """Whether the node is a large broadcast of a small constant, which every segment
     reading it computes again (XLA fuses a broadcast into its readers) instead of one
     segment computing it and every call passing it on: DQN's replay buffer starts as such
     zeros, read by the merge that starts the buffer at i = 0, and for Pong with a 10,000-step
-    buffer the zeros held 545 MB for the whole run."""
+    buffer the zeros held 545 MB for the whole run. In-graph iterations compute them where
+    they read them too (`JaxExecutable._prologue`)."""
     node = ctx.graph[node_id]
     if node.op != "broadcast_to" or node.domain or point_bytes(node) < _REGENERATED_BYTES:
         return False
@@ -110,11 +111,11 @@ def _regenerated(ctx: Context, node_id: int) -> bool:
                for e in node.all_edges())  # fmt: skip
 
 
-def _with_regenerated(ctx: Context, steps: list[Step], values: set[int]) -> list[Step]:
+def with_regenerated(ctx: Context, steps: list[Step], values: set[int]) -> list[Step]:
     """The steps after those computing the regenerated values they read, and their constants."""
-    regenerated = sorted(n for n in values if _regenerated(ctx, n))
-    constants = sorted({e.node for n in regenerated for e in ctx.graph[n].all_edges()})
-    return [Compute(n, ()) for n in (*constants, *regenerated)] + steps
+    broadcasts = sorted(n for n in values if regenerated(ctx, n))
+    constants = sorted({e.node for n in broadcasts for e in ctx.graph[n].all_edges()})
+    return [Compute(n, ()) for n in (*constants, *broadcasts)] + steps
 
 
 class Segment:
@@ -130,7 +131,7 @@ class Segment:
                  split: Split | None = None) -> None:  # fmt: skip
         steps = [s for s in steps if not (isinstance(s, Compute) and s.node in ctx.unread)]
         values, _ = _reads(ctx, steps + ([host] if host else []))
-        steps = _with_regenerated(ctx, steps, values)
+        steps = with_regenerated(ctx, steps, values)
         self.template, self.steps, self.host, self.finish = ctx, steps, host, finish
         nodes = _nodes(steps)
         values, windows = _reads(ctx, steps + ([host] if host else []))
@@ -298,7 +299,7 @@ def _live_after(ctx: Context, nodes: set[int], moves_windows: bool) -> set[int]:
     later_grads = [reads for g, reads in ctx.grad_reads.items() if g not in nodes]
     return {
         n for n in nodes - ctx.unread
-        if (any(c not in nodes for c in ctx.consumers[n]) and not _regenerated(ctx, n))
+        if (any(c not in nodes for c in ctx.consumers[n]) and not regenerated(ctx, n))
         or n in ctx.outputs
         or any(n in reads for reads in later_grads)
         or (not moves_windows and n in ctx.windows)
