@@ -114,6 +114,13 @@ def _resumed_config(args: argparse.Namespace):
     return config_class(**_read_toml(args.resume / "config.toml", own)).validate()
 
 
+def _final_return(summary: dict) -> str:
+    mean = summary["final_episode_return"]
+    if mean is None:  # every episode was longer than the run (HalfCheetah: 1,000 steps)
+        return "no episode ended"
+    return f"final mean episode return {mean:.1f}"
+
+
 def run(args: argparse.Namespace) -> int:
     from rlsys.cli import default_out_dir
 
@@ -140,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "
         f"{summary['train_seconds']:.1f} s ({summary['env_steps_per_second']:,.0f} steps/s, "
-        f"after {summary['compile_seconds']:.1f} s of compilation), final mean episode "
-        f"return {summary['final_episode_return']:.1f}; results in {out}"
+        f"after {summary['compile_seconds']:.1f} s of compilation), {_final_return(summary)}; "
+        f"results in {out}"
     )
     return 0

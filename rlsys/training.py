@@ -96,13 +96,13 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     total = config.num_iterations * config.batch_size
     first = state.done if state else 0
     rows = _kept_rows(out / "metrics.csv", first)
-    last_return = [float("nan")]
+    last_return: list[float | None] = [None]  # until an episode ends
     scalars = ScalarLog(out)
     scalars.write_rows(COLUMNS, rows)
     with (out / "metrics.csv").open("w", newline="") as handle, _progress(quiet) as progress:
         writer = csv.writer(handle)
         writer.writerows([COLUMNS, *rows])
-        task = progress.add_task("train", total=total, sps=0.0, ret=float("nan"))
+        task = progress.add_task("train", total=total, sps=0.0, ret=_shown(None))
 
         def on_iteration(i: int, outputs: dict) -> None:
             steps = (i + 1) * config.batch_size
@@ -115,7 +115,7 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
                    round(rate, 1)]  # fmt: skip
             writer.writerow(row)
             scalars.write(dict(zip(COLUMNS, row, strict=True)))
-            progress.update(task, completed=steps, sps=rate, ret=last_return[0])
+            progress.update(task, completed=steps, sps=rate, ret=_shown(last_return[0]))
             rlsys.progress(steps, total)
 
         def on_call(loop: LoopState) -> None:
@@ -145,13 +145,18 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     }
 
 
+def _shown(mean_return: float | None) -> str:
+    """The last mean episode return, or a dash before any episode has ended."""
+    return "—" if mean_return is None else f"{mean_return:.1f}"
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(
         TextColumn("[bold]train"),
         BarColumn(),
         TextColumn("{task.completed:,}/{task.total:,} steps"),
         TextColumn("{task.fields[sps]:,.0f} steps/s"),
-        TextColumn("return {task.fields[ret]:.1f}"),
+        TextColumn("return {task.fields[ret]}"),
         TimeElapsedColumn(),
         disable=quiet,
     )

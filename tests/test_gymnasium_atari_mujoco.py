@@ -173,3 +173,16 @@ def test_ppo_runs_on_mujoco_with_continuous_actions(tmp_path: Path) -> None:
     assert main(argv) == 0
     rows = _metrics(out)
     assert len(rows) == 2 and all(np.isfinite(float(r["loss"])) for r in rows)
+
+
+def test_mujoco_warnings_are_python_warnings_not_printed(capfd) -> None:
+    """MuJoCo's C library prints a warning for every model it compiles (gymnasium's MuJoCo
+    models warn of `settotalmass` once per env); making a MuJoCo env routes them to Python's
+    `warnings`, which show each message once."""
+    mujoco = pytest.importorskip("mujoco", reason="MuJoCo is not installed")
+    GymnasiumEnv("HalfCheetah-v5", num_envs=2, seed=0)
+    deprecated = ('<mujoco><compiler settotalmass="1"/>'
+                  '<worldbody><geom size="1"/></worldbody></mujoco>')  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="MuJoCo: .*settotalmass"):
+        mujoco.MjModel.from_xml_string(deprecated)
+    assert "settotalmass" not in capfd.readouterr().out

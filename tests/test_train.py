@@ -29,6 +29,18 @@ def test_train_writes_config_metrics_and_summary(tmp_path: Path, capsys) -> None
     assert_events_match_metrics(out)
 
 
+def test_a_run_shorter_than_an_episode_says_none_ended(tmp_path: Path, capsys) -> None:
+    """Pendulum's episodes last 200 steps: 4 envs x 32 steps x 2 iterations end none, and the
+    run says so rather than printing a NaN return (and summary.json stays valid JSON)."""
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "gymnax:Pendulum-v1", "--total-steps", "256",
+            "--num-envs", "4", "--num-steps", "32", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert "no episode ended; results in" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
+    assert summary["final_episode_return"] is None and summary["env_steps"] == 256
+
+
 def assert_events_match_metrics(out: Path) -> None:
     """The TensorBoard scalars of a run folder are metrics.csv's columns, step = env_steps."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -21,6 +21,8 @@ packing stay here.
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -36,6 +38,32 @@ from rlsys.envs.gymnax_env import _Packed
 
 def _packed_type(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
     return TensorType((sum(n for _, n in params["layout"]),), params["dtype"])
+
+
+def _mujoco_warnings_once(env_id: str) -> None:
+    """Route MuJoCo's warnings to Python's `warnings`, which shows each once: MuJoCo's C
+    library prints them to stdout for every model it compiles, and gymnasium's MuJoCo models
+    use `settotalmass` (deprecated in MuJoCo 3.3), so 8 envs printed the same warning 8
+    times. A handler the user set is left alone."""
+    import gymnasium as gym
+
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return  # an unknown id: making it will say so
+    if "mujoco" not in entry_point:
+        return
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+def _mujoco_warning(text: str) -> None:
+    try:
+        warnings.warn(f"MuJoCo: {text}", RuntimeWarning, stacklevel=2)
+    except Exception:  # warnings as errors: raised into MuJoCo's C code, it aborts the process
+        print(f"MuJoCo warning: {text}", file=sys.stderr)
 
 
 def _host_reset(dummy, *, env: GymnasiumEnv, layout, dtype) -> np.ndarray:
@@ -97,6 +125,7 @@ class GymnasiumEnv:
         from rlsys.envs.same_step_vector import SameStepVector
 
         make, limit = partial(gym.make, self.env_id), None
+        _mujoco_warnings_once(self.env_id)
         try:
             if atari.is_atari(self.env_id):
                 atari.register()
