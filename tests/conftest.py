@@ -47,3 +47,20 @@ def staged_loops(monkeypatch) -> list:
 
     monkeypatch.setattr(jax_staged.StagedLoop, "__init__", recorded)
     return loops
+
+
+@pytest.fixture
+def xla_compilations() -> list:
+    """The durations of the XLA compilations made while the test runs (JAX's monitoring
+    events): clear it, run something, and it holds what that compiled."""
+    from jax import monitoring
+
+    seen: list[float] = []
+
+    def record(event: str, duration: float, **kwargs) -> None:
+        if event.endswith("backend_compile_duration"):
+            seen.append(duration)
+
+    monitoring.register_event_duration_secs_listener(record)
+    yield seen
+    monitoring.unregister_event_duration_listener(record)

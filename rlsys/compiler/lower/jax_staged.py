@@ -534,6 +534,7 @@ class StagedLoop:
                  split: Split | None = None) -> None:  # fmt: skip
         self.loop = loop
         self._indices: dict[int, jax.Array] = {}
+        _on_device(np.int32(0))  # compiled now, once per process, not in a run's first step
         plan = LoopPlan.make(ctx, loop)
         # read after the loop only at its last step: kept from the final carry, not stacked
         self.last_steps = carried_to_the_end(ctx, loop, plan) if stacked else frozenset()
