@@ -53,8 +53,10 @@ def _mujoco_warnings_once(env_id: str) -> None:
         return  # an unknown id: making it will say so
     if "mujoco" not in entry_point:
         return
-    import mujoco
-
+    try:
+        import mujoco
+    except ImportError:
+        return  # making the env will say what to install
     if mujoco.get_mju_user_warning() is None:
         mujoco.set_mju_user_warning(_mujoco_warning)
 
