@@ -105,6 +105,9 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
         task = progress.add_task("train", total=total, sps=0.0, ret=_shown(None))
 
         def on_iteration(i: int, outputs: dict) -> None:
+            for name, (what, hint) in built.stops.items():
+                if float(outputs[name]) > 0:
+                    raise UsageError(f"iteration {i}: {what}", hint=hint)
             steps = (i + 1) * config.batch_size
             elapsed = time.perf_counter() - compiled
             episodes = float(outputs["episodes"])

@@ -95,13 +95,15 @@ def _small_pong_dqn():
 
 
 def test_dqn_keeps_atari_frames_as_bytes_in_its_replay_buffer(ale) -> None:
-    """Observations (obs and next obs) go to a ring of their own in the env's dtype: Pong's
-    frames take a byte each there, a quarter of a float's (a 10,000-step buffer of Pong:
-    565 MB, not 2.26 GB)."""
+    """Observations go to rings of their own in the env's dtype: Pong's frames take a byte
+    each there, a quarter of a float's, and each is kept once (`dqn._Replay`: a 10,000-step
+    buffer of Pong holds 10,000 x 34 / 32 frame stacks, 300 MB, not 2 x 10,000 as floats,
+    2.26 GB)."""
     rings = {n.name: n for n in _small_pong_dqn().program.graph() if n.op == "merge"}
-    frames, floats = rings["replay_obs"], rings["replay"]
-    assert (frames.dtype, frames.shape) == ("uint8", (64, 2, *FRAMES))  # 2 slots of 32
-    assert (floats.dtype, floats.shape) == ("float32", (64, 3))  # action, reward, ended
+    frames, finals, floats = rings["replay_obs"], rings["replay_final_obs"], rings["replay"]
+    assert (frames.dtype, frames.shape) == ("uint8", (2 * 34, *FRAMES))  # 2 slots of 2 x 17
+    assert (finals.dtype, finals.shape) == ("uint8", (2 * 2, *FRAMES))  # 1 per env and slot
+    assert (floats.dtype, floats.shape) == ("float32", (64, 4))  # action, reward, ends
 
 
 def test_dqn_runs_the_target_network_one_update_at_a_time(ale) -> None:

@@ -14,7 +14,7 @@ with step = env.step(policy(params[i], obs).sample(key[i, b, t])).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,13 +30,16 @@ Env = GymnaxEnv | TrivialEnv | GymnasiumEnv  # EnvpoolEnv is a GymnasiumEnv
 class AlgoProgram:
     """A built algorithm: the program, its bounds, its environment and configuration.
 
-    Its outputs per iteration: loss, episode_return_sum, episodes (see `episode_returns`).
+    Its outputs per iteration: loss, episode_return_sum, episodes (see `episode_returns`),
+    and those in `stops`: training stops with their message (what, and a hint) at an
+    iteration where one is above 0.
     """
 
     program: rt.Program
     bounds: dict[str, int]
     env: Env
     config: Any
+    stops: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def make_env(cfg) -> Env:

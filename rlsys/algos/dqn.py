@@ -6,8 +6,8 @@ Dimensions: i (iteration), u (gradient step), b (environment), t (step).
              (start_e -> end_e over exploration_fraction * total_steps)
     store:   buffer[i + 1] = buffer[i] with slot i % S overwritten by the B x T transitions
              (obs, action, reward, next obs, terminated) of iteration i: a ring buffer of
-             S = ceil(buffer_size / (B x T)) slots, carried like the parameters (two rings:
-             observations in the env's dtype, bytes for Atari frames; the rest as floats)
+             S = ceil(buffer_size / (B x T)) slots, carried like the parameters, in which
+             each observation is kept once (`_Replay`; Atari's frames as bytes)
     learn:   for u < U: sample minibatch_size rows uniformly from the filled part; TD target
              r + gamma * (1 - terminated) * max_a Q(target[i], next obs); MSE (or Huber) loss;
              one Adam step, taken once learning_starts env steps are stored
@@ -119,32 +119,15 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
         step = rollout.step
 
         # -- store: this iteration's transitions overwrite the oldest slot --------------------
-        # Two rings: the observations (obs and next obs) in the env's dtype, so Atari's frames
-        # stay bytes, and the floats (action, reward, terminated).
-        shape = env.obs_shape
-        frames = rt.concat([rollout.obs.reshape(1, *shape), step.final_obs.reshape(1, *shape)])
-        floats = rt.concat([rollout.action.astype("float32").reshape(1),
-                            step.reward.reshape(1), step.terminated.reshape(1)])  # fmt: skip
-        ring = _Ring(prog, slots, steps_per_iteration)
-        stored_frames = ring.store(frames, "replay_obs")
-        stored_floats = ring.store(floats, "replay")
+        replay = _Replay(prog, cfg, env, slots, rollout)
+        capacity = replay.capacity
 
         # -- learn: U gradient steps on uniform samples of the filled part --------------------
-        capacity = ring.capacity
         filled = rt.minimum((i + 1) * steps_per_iteration, capacity).astype("float32")
         sample_key = rt.random.key(cfg.seed + 2).fold_in(i).fold_in(u)
         picks = rt.random.uniform(sample_key, (cfg.minibatch_size,)) * filled
         picks = rt.minimum(picks.astype("int32"), capacity - 1)
-        seen, scalars = stored_frames.take(picks), stored_floats.take(picks)
-        mb = cfg.minibatch_size
-
-        def column(k: int, batch=scalars):
-            return batch.slice_axis(k, k + 1, axis=1).reshape(mb, *batch.shape[2:])
-
-        columns = {
-            "obs": model.flat(column(0, seen)), "next_obs": model.flat(column(1, seen)),
-            "action": column(0), "reward": column(1), "terminated": column(2),
-        }  # fmt: skip
+        columns = replay.sample(picks, model.flat)
 
         theta = rt.placeholder(shape=model.initial.shape, domain=(i, u), name="params_u")
         moments = [rt.placeholder(shape=model.initial.shape, domain=(i, u), name=name)
@@ -179,31 +162,92 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
         prog.output("loss", loss[i, 0:updates].mean())
         output_episode_stats(prog, step)
     bounds = {"I": cfg.num_iterations, "U": updates, "B": cfg.num_envs, "T": cfg.num_steps}
-    return AlgoProgram(prog, bounds, env, cfg)
+    lost = (
+        f"{cfg.env} truncated episodes twice in {cfg.num_steps} steps of one env; DQN's "
+        "replay buffer keeps one truncated episode's final observation per env and iteration"
+    )
+    hint = "pass a --num-steps under the environment's episode length"
+    return AlgoProgram(prog, bounds, env, cfg, stops={"final_obs_lost": (lost, hint)})
 
 
-class _Ring:
-    """A replay ring: `slots` slots of one iteration's `per_slot` transitions each, carried
-    over i; iteration i's transitions overwrite slot i % slots."""
+def _ring(prog: rt.Program, slots: int, rows, name: str):
+    """A replay ring of `slots` slots, carried over i, into whose slot i % slots iteration i
+    writes `rows` (domain (i,)): the ring after that write."""
+    i = prog.dims[0]
+    per_slot, shape, dtype = rows.shape[0], rows.shape[1:], rows.dtype
+    capacity = slots * per_slot
+    ring = rt.placeholder(shape=(capacity, *shape), dtype=dtype, domain=(i,), name=name)
+    ring[0] = rt.const(0, dtype).broadcast_to((capacity, *shape))
+    # Only the slot is written: the ring, a window passed from iteration to iteration, is
+    # updated in place (`jax_staged.Segment` donates it), not copied.
+    stored = ring[i].set_rows(i % slots * per_slot, rows)
+    ring[i + 1] = stored
+    return stored
 
-    def __init__(self, prog: rt.Program, slots: int, per_slot: int) -> None:
-        self.prog, self.slots, self.per_slot = prog, slots, per_slot
-        self.capacity = slots * per_slot
 
-    def store(self, transition, name: str):
-        """The ring after iteration i stored `transition` (domain (i, b, t)) of every b, t."""
-        i = self.prog.dims[0]
-        _, _, B, T = self.prog.bounds
-        shape, dtype = transition.shape, transition.dtype
-        rows = transition[i, 0:B, 0:T].reshape(self.per_slot, *shape)
-        ring = rt.placeholder(shape=(self.capacity, *shape), dtype=dtype, domain=(i,),
-                              name=name)  # fmt: skip
-        ring[0] = rt.const(0, dtype).broadcast_to((self.capacity, *shape))
-        # Only the slot is written: the ring, a window passed from iteration to iteration,
-        # is updated in place (`jax_staged.Segment` donates it), not copied.
-        stored = ring[i].set_rows(i % self.slots * self.per_slot, rows)
-        ring[i + 1] = stored
-        return stored
+class _Replay:
+    """The replay buffer: the transitions of the last `slots` iterations, each observation
+    kept once (as SB3's `optimize_memory_usage`, but exact at truncations).
+
+    An iteration's slot of the frames ring holds each env's T observations in step order and
+    the observation after its last step, so a transition's next observation is the frame
+    after its own. Where the episode ended at that step, that frame is the next episode's
+    first: after a termination nothing reads the next observation (no bootstrap), and after
+    a truncation it is the episode's final observation, which a second ring keeps, one frame
+    per env and iteration. One is enough when episodes last at least T - 1 steps; an
+    iteration that truncated one env's episodes twice counts them in `final_obs_lost`
+    (training stops on it). Frames stay in the env's dtype (bytes for Atari); action,
+    reward, terminated and whether the final observation is kept apart are floats.
+    """
+
+    def __init__(self, prog: rt.Program, cfg: DQNConfig, env, slots: int, rollout) -> None:
+        i, step = prog.dims[0], rollout.step
+        _, _, B, T = prog.bounds
+        envs, steps, shape = cfg.num_envs, cfg.num_steps, env.obs_shape
+        self.steps, self.shape, self.capacity = steps, shape, slots * envs * steps
+
+        def window(x, *last: int):  # x over iteration i's steps, as (envs, steps, *last)
+            return x[i, 0:B, 0:T].reshape(envs, steps, *last)
+
+        after = step.final_obs[i, 0:B, T - 1].reshape(envs, 1, *shape)  # after the last step
+        frames = rt.concat([window(rollout.obs, *shape), after], axis=1)
+        self.frames = _ring(prog, slots, frames.reshape(envs * (steps + 1), *shape),
+                            "replay_obs")  # fmt: skip
+
+        # Truncated before its last step, an env's next observation is kept apart.
+        cut = window(step.truncated * (1.0 - step.terminated))
+        cut = cut * rt.const(np.arange(steps) < steps - 1, "float32")
+        columns = (rollout.action.astype("float32"), step.reward, step.terminated)
+        floats = rt.concat([*(window(c, 1) for c in columns), cut.reshape(envs, steps, 1)],
+                           axis=2)  # fmt: skip
+        self.floats = _ring(prog, slots, floats.reshape(envs * steps, 4), "replay")
+        self.finals = None
+        if steps > 1:  # (with one step, the frame after it is its final observation)
+            first_cut = cut.argmax(axis=1) + rt.const(np.arange(envs, dtype="int32") * steps)
+            finals = window(step.final_obs, *shape).reshape(envs * steps, *shape)
+            self.finals = _ring(prog, slots, finals.take(first_cut), "replay_final_obs")
+        prog.output("final_obs_lost", rt.maximum(cut.sum(axis=1) - 1.0, 0.0).sum())
+
+    def sample(self, picks, flat) -> dict:
+        """The transitions at rows `picks` (int32, each < capacity): obs and next_obs as
+        `flat` makes them, action, reward and terminated."""
+        mb = picks.shape[0]
+        run = picks // self.steps  # the (slot, env) the transition is in: T + 1 frames each
+        floats = self.floats.take(picks)
+
+        def column(k: int, batch=floats):
+            return batch.slice_axis(k, k + 1, axis=1).reshape(mb, *batch.shape[2:])
+
+        # Both frames in one gather: with two, XLA wrote the slot into a copy of the ring for
+        # the second reader.
+        own_and_next = (picks + run).reshape(mb, 1) + rt.const(np.arange(2, dtype="int32"))
+        pairs = self.frames.take(own_and_next)
+        following = column(1, pairs)
+        if self.finals is not None:
+            kept_apart = column(3).reshape(mb, *(1,) * len(self.shape)) > 0.5
+            following = rt.where(kept_apart, self.finals.take(run), following)
+        return {"obs": flat(column(0, pairs)), "next_obs": flat(following),
+                "action": column(0), "reward": column(1), "terminated": column(2)}  # fmt: skip
 
 
 def _td_loss(cfg: DQNConfig, model: QNetwork, params, target_params, mb: dict):
