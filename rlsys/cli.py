@@ -25,12 +25,15 @@ def default_out_dir(verb: str) -> Path:
     return Path("runs") / f"{verb}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR",
-        help="folder for the results (default: runs/<verb>-<timestamp>)",
-    )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+def _add_common_options(parser: argparse.ArgumentParser, writes: bool = True) -> None:
+    """--out and --seed (for a verb that `writes` results) and --quiet. --seed's default is
+    None so that a value from elsewhere (a config file) is used unless it is given."""
+    if writes:
+        parser.add_argument(
+            "--out", type=Path, default=None, metavar="DIR",
+            help="folder for the results (default: runs/<verb>-<timestamp>)",
+        )  # fmt: skip
+        parser.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     parser.add_argument("--quiet", action="store_true", help="print only errors and the result")
 
 
@@ -126,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = verbs.add_parser("eval", help="run a trained policy",
                                 description=eval_cli.DESCRIPTION)  # fmt: skip
-    _add_common_options(evaluate)
+    _add_common_options(evaluate, writes=False)  # it prints; the seed is the run's
     eval_cli.add_arguments(evaluate)
     add_compile_cache_options(evaluate)
     evaluate.set_defaults(run=eval_cli.run)

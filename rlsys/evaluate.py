@@ -101,10 +101,9 @@ def run(args: argparse.Namespace) -> int:
     if not checkpoint.exists():
         raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}",
                          hint="evaluate a folder written by `rlsys train`")  # fmt: skip
-    algo = _checkpoint_algo(checkpoint)
+    algo = checkpoint_algo(checkpoint)
     config_class = ALGORITHMS[algo][0]
-    own = {f.name for f in dataclasses.fields(config_class)}
-    config = config_class(**_read_toml(args.run_dir / "config.toml", own)).validate()
+    config = config_class(**_read_toml(args.run_dir / "config.toml", config_class)).validate()
     final = final_values(algo, config, load_checkpoint(checkpoint, algo),
                          ("params", "obs_mean", "obs_var"))  # fmt: skip
     # The statistics after the last iteration: those of all observations of training.
@@ -120,13 +119,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_algo(path: Path) -> str:
+def checkpoint_algo(path: Path) -> str:
+    """The algorithm a checkpoint.npz says it is of."""
     from rlsys.train import ALGORITHMS
+    from rlsys.training import UNREADABLE
 
     try:
         with np.load(path, allow_pickle=False) as data:
             algo = json.loads(str(data["meta"])).get("algo")
-    except (OSError, ValueError, KeyError) as err:
+    except UNREADABLE as err:
         raise UsageError(f"cannot read checkpoint {path}: {err}") from None
     if algo not in ALGORITHMS:
         raise UsageError(f"{path}: unknown algorithm {algo!r} in the checkpoint")

@@ -66,7 +66,9 @@ def config_from_args(args: argparse.Namespace):
     own = {f.name for f in dataclasses.fields(config_class)}
     values: dict[str, Any] = {}
     if args.config is not None:
-        values.update(_read_toml(args.config, own))
+        values.update(_read_toml(args.config, config_class))
+    if getattr(args, "seed", None) is not None:
+        values["seed"] = args.seed
     for name in _all_fields():
         given = getattr(args, name, None)
         if given is None:
@@ -79,29 +81,44 @@ def config_from_args(args: argparse.Namespace):
     return config_class(**values).validate()
 
 
-def _read_toml(path: Path, known: set[str]) -> dict[str, Any]:
+def _read_toml(path: Path, config_class) -> dict[str, Any]:
+    """The options of a TOML file, each checked against its field's type (a float field
+    takes an integer too)."""
     try:
         data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise UsageError(f"cannot read config {path}: {err}") from None
-    unknown = sorted(set(data) - known)
+    fields = {f.name: str(f.type) for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
         raise UsageError(f"{path}: unknown options {', '.join(unknown)}",
-                         hint=f"known: {', '.join(sorted(known))}")  # fmt: skip
+                         hint=f"known: {', '.join(sorted(fields))}")  # fmt: skip
+    for name, value in data.items():
+        kind = fields[name]
+        if kind == "float" and type(value) is int:
+            data[name] = float(value)
+        elif type(value).__name__ != kind:
+            example = f"{name} = {_toml_value(getattr(config_class, name))}"
+            raise UsageError(f"{path}: {name} must be {_A_TYPE[kind]}, not {value!r}",
+                             hint=f"e.g. {example}")  # fmt: skip
     return data
 
 
+_A_TYPE = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+
+
+def _toml_value(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+
+
 def write_toml(values: dict[str, Any], path: Path) -> None:
-    lines = []
-    for key, value in values.items():
-        text = json.dumps(value) if not isinstance(value, bool) else str(value).lower()
-        lines.append(f"{key} = {text}")
+    lines = [f"{key} = {_toml_value(value)}" for key, value in values.items()]
     path.write_text("\n".join(lines) + "\n")
 
 
 def _resumed_config(args: argparse.Namespace):
     """The configuration of the run being resumed (options may not change)."""
-    given = [n for n in _all_fields() if getattr(args, n, None) is not None]
+    given = [n for n in [*_all_fields(), "seed", "out"] if getattr(args, n, None) is not None]
     if given or args.config is not None:
         flags = ", ".join("--" + n.replace("_", "-") for n in given) or "--config"
         raise UsageError(f"{flags}: a resumed run keeps its configuration",
@@ -109,9 +126,16 @@ def _resumed_config(args: argparse.Namespace):
     if not (args.resume / "config.toml").exists():
         raise UsageError(f"{args.resume} holds no config.toml",
                          hint="resume a folder written by `rlsys train`")  # fmt: skip
+    from rlsys.evaluate import checkpoint_algo
+    from rlsys.training import CHECKPOINT
+
+    if (args.resume / CHECKPOINT).exists():
+        algo = checkpoint_algo(args.resume / CHECKPOINT)
+        if algo != args.algo:
+            raise UsageError(f"{args.resume} is a run of {algo}, not {args.algo}",
+                             hint=f"rlsys train {algo} --resume {args.resume}")  # fmt: skip
     config_class = ALGORITHMS[args.algo][0]
-    own = {f.name for f in dataclasses.fields(config_class)}
-    return config_class(**_read_toml(args.resume / "config.toml", own)).validate()
+    return config_class(**_read_toml(args.resume / "config.toml", config_class)).validate()
 
 
 def _final_return(summary: dict) -> str:
@@ -129,14 +153,20 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is not None:
         config, out = _resumed_config(args), args.resume
     else:
-        config = dataclasses.replace(config_from_args(args), seed=args.seed)
+        config = config_from_args(args)
         out = args.out or default_out_dir("train")
     if (out / "summary.json").exists():
-        raise UsageError(f"{out} already holds a finished run", hint="pass a new --out DIR")
+        hint = "there is nothing left to run" if args.resume else "pass a new --out DIR"
+        raise UsageError(f"{out} already holds a finished run", hint=hint)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder", hint="pass a new --out DIR")
     from rlsys.cli import compile_cache
 
     cache = compile_cache(args)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: {err.strerror}", hint="pass a new --out DIR") from None
     if args.resume is None:
         write_toml(dataclasses.asdict(config), out / "config.toml")
     from rlsys.training import train

@@ -15,6 +15,7 @@ import csv
 import json
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,16 @@ def save_checkpoint(path: Path, algo: str, state: LoopState) -> None:
     os.replace(temporary, path)  # a crash mid-write leaves the previous checkpoint whole
 
 
+# What reading a missing, truncated, empty or foreign checkpoint.npz raises.
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
 def load_checkpoint(path: Path, algo: str) -> LoopState:
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             carry = {k.removeprefix("carry_"): data[k] for k in data.files if k != "meta"}
-    except (OSError, ValueError, KeyError) as err:
+    except UNREADABLE as err:
         hint = "resume from a folder written by `rlsys train`"
         raise UsageError(f"cannot read checkpoint {path}: {err}", hint=hint) from None
     if meta.get("format") != FORMAT or meta.get("algo") != algo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,6 @@ def test_the_example_configs_are_valid() -> None:
     """Each `examples/<algo>_*.toml` names only options of its algorithm, with valid values
     (`rlsys train <algo> --config FILE` would build from it)."""
     import argparse
-    import tomllib
 
     from rlsys.train import config_from_args
 
@@ -104,6 +104,10 @@ def test_the_example_configs_are_valid() -> None:
         (["train", "ppo", *SMALL, "--compile-cache", "/dev/null"], "--compile-cache /dev/null"),
         (["train", "ppo", "--num-envs", "abc"], "invalid int value: 'abc'"),
         (["train", "ppo", "--total-steps", "10"], "less than one iteration"),
+        (["train", "ppo", "--num-envs", "0"], "--num-envs must be at least 1"),
+        (["train", "a2c", "--num-steps", "-4"], "--num-steps must be at least 1"),
+        (["train", "ppo", "--gamma", "1.5", *SMALL], "--gamma 1.5: a discount from 0 to 1"),
+        (["train", "dqn", "--learning-rate", "nan"], "--learning-rate nan: a positive number"),
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
         (["train", "dqn", "--train-frequency", "3"], "does not divide"),
         (["train", "dqn", "--loss", "l1"], "choose mse or huber"),
@@ -307,6 +311,61 @@ def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "cannot read checkpoint" in capsys.readouterr().err
     assert main(["train", "ppo", "--resume", str(tmp_path), "--num-envs", "2"]) == 2
     assert "a resumed run keeps its configuration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('anneal_lr = "false"', "anneal_lr must be true or false, not 'false'"),
+        ("total_steps = 2048.0", "total_steps must be an integer, not 2048.0"),
+        ("num_envs = true", "num_envs must be an integer, not True"),
+        ('learning_rate = "3e-4"', "learning_rate must be a number, not '3e-4'"),
+        ("env = 5", "env must be a string, not 5"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_is_one_line(toml, message, tmp_path, capsys) -> None:
+    (tmp_path / "c.toml").write_text(toml + "\n")
+    argv = ["train", "ppo", "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_config_files_seed_is_used_unless_seed_is_given(tmp_path: Path) -> None:
+    """A seed from --config (a run's own config.toml, say) was overwritten by --seed's
+    default; an integer is taken where a float is asked for."""
+    config = tmp_path / "c.toml"
+    config.write_text("seed = 5\nlearning_rate = 1\n")
+    for out, extra, seed in (("a", [], 5), ("b", ["--seed", "2"], 2)):
+        argv = ["train", "a2c", "--config", str(config), *SMALL, *extra,
+                "--out", str(tmp_path / out)]  # fmt: skip
+        assert main(argv) == 0
+        written = tomllib.loads((tmp_path / out / "config.toml").read_text())
+        assert written["seed"] == seed and written["learning_rate"] == 1.0
+
+
+def test_a_damaged_checkpoint_or_out_path_is_one_line(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "a2c", *SMALL, "--checkpoint-every", "0", "--out", str(out)]
+    assert main(argv) == 0
+    (out / "summary.json").unlink()  # as if stopped after its checkpoint
+    assert main(["train", "dqn", "--resume", str(out)]) == 2
+    assert f"{out} is a run of a2c, not dqn" in capsys.readouterr().err
+    checkpoint = out / "checkpoint.npz"
+    whole = checkpoint.read_bytes()
+    for damaged in (whole[: len(whole) // 2], b""):  # a zip cut short; an empty file
+        checkpoint.write_bytes(damaged)
+        assert main(["train", "a2c", "--resume", str(out), "--quiet"]) == 2
+        assert main(["eval", str(out), "--episodes", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("cannot read checkpoint") == 2 and "Traceback" not in err
+    assert main(["train", "a2c", "--resume", str(out), "--seed", "1"]) == 2
+    assert "--seed: a resumed run keeps its configuration" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    for bad, message in (("file", "is a file, not a folder"), ("file/run", "Not a directory")):
+        assert main(["train", "a2c", *SMALL, "--out", str(tmp_path / bad)]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:

@@ -90,11 +90,19 @@ class CommonConfig:
                 f"{', '.join(ENV_BACKENDS)}",
                 hint="e.g. --env gymnax:CartPole-v1 or --env gymnasium:CartPole-v1",
             )
+        for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
+                     "iterations_per_call"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
         if self.num_iterations < 1:
             raise UsageError(
                 f"--total-steps {self.total_steps} is less than one iteration "
                 f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
             )
+        if not self.learning_rate > 0 or self.learning_rate == float("inf"):
+            raise UsageError(f"--learning-rate {self.learning_rate}: a positive number")
+        if not 0 <= self.gamma <= 1:
+            raise UsageError(f"--gamma {self.gamma}: a discount from 0 to 1")
         if self.checkpoint_every < 0:
             raise UsageError("--checkpoint-every must be 0 or more")
         if self.network not in NETWORKS:
@@ -103,10 +111,6 @@ class CommonConfig:
             raise UsageError(f"--segmented {self.segmented!r}: choose {', '.join(SEGMENTED)}")
         if self.devices != "auto" and not (self.devices.isdigit() and int(self.devices) >= 1):
             raise UsageError(f"--devices {self.devices!r}: a positive number or auto")
-        for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
-                     "iterations_per_call"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
         return self
 
 

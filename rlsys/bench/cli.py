@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
             console.print(f"[bold]{case.name}[/]: {', '.join(systems)}; {reps} run(s) each")
         started = time.perf_counter()
         result = run_case(
-            case, systems, reps=reps, quick=args.quick, seed=args.seed,
+            case, systems, reps=reps, quick=args.quick, seed=args.seed or 0,
             timeout_s=args.timeout, on_record=_progress(console, case, args.quiet),
         )  # fmt: skip
         for record in result.failed:
