@@ -3,9 +3,13 @@ reset drawn from the key alone, computes what gymnax's own `step` computes."""
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
+import pytest
 
 import rlsys.rt as rt
+from rlsys.cli import main
 from rlsys.envs import GymnaxEnv
 
 
@@ -35,3 +39,17 @@ def test_the_split_step_computes_gymnax_step() -> None:
     assert split.keys() == whole.keys()
     for part, values in split.items():
         np.testing.assert_allclose(values, whole[part], rtol=1e-6, atol=1e-6, err_msg=part)
+
+
+@pytest.mark.parametrize("env_id", ["Catch-bsuite", "FourRooms-misc", "FrozenLake-misc"])
+def test_integer_states_and_a_scalar_observation_train(env_id: str, tmp_path) -> None:
+    """The program keeps a state as float32: one of integers only (Catch, FourRooms: every
+    leaf an int32) is cast back before gymnax reads it. FrozenLake's observation is a number
+    (the cell), read as a vector of one."""
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", f"gymnax:{env_id}", "--total-steps", "1024",
+            "--num-envs", "4", "--num-steps", "32", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == 8 and all(np.isfinite(float(r["loss"])) for r in rows)
+    assert main(["eval", str(out), "--episodes", "2", "--max-steps", "50"]) == 0

@@ -79,10 +79,14 @@ def _environment(env_id: str):
     except (ValueError, KeyError) as err:
         known = ", ".join(sorted(gymnax.registered_envs)[:8])
         raise RecurrenceError(f"unknown gymnax environment {env_id!r} (e.g. {known}, ...)") from err
+    except OSError as err:  # MNISTBandit downloads MNIST when made
+        raise RecurrenceError(f"gymnax could not make {env_id!r}: {err}") from None
     # The state's layout, from shapes: an eager reset would compile its random draws.
     shapes = jax.eval_shape(env.reset, jax.random.PRNGKey(0), params)[1]
-    _, unravel = ravel_pytree(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
-    return env, params, unravel
+    flat, unravel = ravel_pytree(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes))
+    # The program keeps the state as float32 (`_flat`); a state of integers only (Catch's
+    # positions, MinAtar's grids) unravels from its own dtype (exact up to 2**24).
+    return env, params, lambda packed: unravel(packed.astype(flat.dtype))
 
 
 def _flat(tree) -> jax.Array:
@@ -209,7 +213,7 @@ class GymnaxEnv:
         self._split_reset = _keeps_gymnax_step(env)  # see _reset_after_point
         self.max_episode_steps = int(getattr(params, "max_steps_in_episode", 1000))
         obs, state = env.reset(jax.random.PRNGKey(0), params)
-        self.obs_shape = tuple(jnp.shape(obs))
+        self.obs_shape = tuple(jnp.shape(obs)) or (1,)  # FrozenLake's: a number, the cell
         self.state_size = int(_flat(state).shape[0])
         space = env.action_space(params)
         self.num_actions = int(getattr(space, "n", 0)) or None
