@@ -108,6 +108,7 @@ def test_the_example_configs_are_valid() -> None:
         (["train", "a2c", "--num-steps", "-4"], "--num-steps must be at least 1"),
         (["train", "ppo", "--gamma", "1.5", *SMALL], "--gamma 1.5: a discount from 0 to 1"),
         (["train", "dqn", "--learning-rate", "nan"], "--learning-rate nan: a positive number"),
+        (["train", "reinforce", "--returns", "nstep", "--n-step", "128"], "at most 64"),
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
         (["train", "dqn", "--train-frequency", "3"], "does not divide"),
         (["train", "dqn", "--loss", "l1"], "choose mse or huber"),
@@ -311,6 +312,19 @@ def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "cannot read checkpoint" in capsys.readouterr().err
     assert main(["train", "ppo", "--resume", str(tmp_path), "--num-envs", "2"]) == 2
     assert "a resumed run keeps its configuration" in capsys.readouterr().err
+
+
+def test_n_step_returns_longer_than_the_rollout_are_its_length(tmp_path: Path) -> None:
+    """Past num_steps every n-step return has reached the rollout's end, so a longer n gives
+    the same metrics (and builds no more recurrences: 128 of them crashed XLA's compiler)."""
+    runs = []
+    for n in ("32", "1000"):
+        out = tmp_path / n
+        argv = ["train", "reinforce", "--returns", "nstep", "--n-step", n, *SMALL,
+                "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+        runs.append(_learning_columns(out / "metrics.csv"))
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize(

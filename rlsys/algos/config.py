@@ -9,6 +9,7 @@ from rlsys.errors import UsageError
 ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
 SEGMENTED = {"no": False, "yes": True, "auto": "auto"}  # --segmented -> compile(segmented=)
 NETWORKS = ("auto", "mlp", "cnn")
+MAX_N_STEP = 64  # REINFORCE's n-step returns (`REINFORCEConfig.validate`)
 
 
 @dataclass
@@ -190,7 +191,8 @@ class REINFORCEConfig(ActorCriticConfig):
     """How returns are estimated: "mc" (Monte-Carlo, to the end of the rollout) or
     "nstep" (n_step rewards, then the critic's value)."""
     n_step: int = 8
-    """Rewards summed by n-step returns before bootstrapping."""
+    """Rewards summed by n-step returns before bootstrapping (at most 64, or num_steps:
+    more sum the same rewards)."""
 
     def validate(self) -> REINFORCEConfig:
         super().validate()
@@ -198,6 +200,13 @@ class REINFORCEConfig(ActorCriticConfig):
             raise UsageError(f"--returns {self.returns!r}: choose mc or nstep")
         if self.n_step < 1:
             raise UsageError("--n-step must be at least 1")
+        if min(self.n_step, self.num_steps) > MAX_N_STEP:
+            raise UsageError(
+                f"--n-step {self.n_step}: at most {MAX_N_STEP}, or --num-steps "
+                f"({self.num_steps}): each of the n steps is one more recurrence of the "
+                "program, and XLA's compiler ran out of stack at 128",
+                hint="--returns mc sums the rewards to the rollout's end",
+            )
         return self
 
 

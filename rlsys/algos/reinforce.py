@@ -49,8 +49,10 @@ def build_reinforce(cfg: REINFORCEConfig) -> AlgoProgram:
         else:
             next_value = next_values(prog, model, params_i, rollout.step,
                                      value.stop_gradient())  # fmt: skip
+            # Past num_steps every return has reached the rollout's end: more levels would
+            # add nothing but recurrences.
             returns = _n_step(prog, rollout.step, value.stop_gradient(), next_value, cfg.gamma,
-                              cfg.n_step)  # fmt: skip
+                              min(cfg.n_step, cfg.num_steps))  # fmt: skip
         returns = returns.stop_gradient()
         return (
             -rollout.policy.log_prob(rollout.action) * (returns - value.stop_gradient())
