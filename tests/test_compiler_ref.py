@@ -151,6 +151,47 @@ def test_out_of_bounds_read_is_reported() -> None:
         prog.compile(bounds={"T": 3})
 
 
+def test_checking_a_billion_steps_costs_what_ten_do() -> None:
+    """Demand analysis takes index ranges from a box's corners and regions piece by piece:
+    it enumerated every point of a dim (a run of 10^8 iterations grew to 15 GB before
+    training). Its errors still name the point."""
+    import tracemalloc
+
+    from rlsys.compiler.compile import bind_bounds
+    from rlsys.compiler.passes.demand import check_demand
+
+    prog, _, _ = doubling_program()
+    graph = prog.graph()
+    tracemalloc.start()
+    demand = check_demand(graph, bind_bounds(graph, {"B": 4, "T": 10**9}))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2**20
+    assert (0, 10**9) in {box[-1] for box in demand.values() if box}  # x over every t
+    for program in (_undefined_at_zero, _read_past_the_end):
+        graph = program().graph()
+        with pytest.raises(rt.RecurrenceError, match=r"t=0,|at t=999999999\)"):
+            check_demand(graph, bind_bounds(graph, {"T": 10**9}))
+
+
+def _undefined_at_zero() -> rt.Program:
+    prog = rt.Program(dims=("t",))
+    (t,) = prog.dims
+    with prog:
+        x = rt.placeholder()
+        x[t + 1] = x[t] * 2.0
+        prog.output("x", x)
+    return prog
+
+
+def _read_past_the_end() -> rt.Program:
+    prog = rt.Program(dims=("t",))
+    (t,) = prog.dims
+    with prog:
+        prog.output("y", rt.input("x")[t + 1])
+    return prog
+
+
 def test_definition_errors_name_tensor_and_line() -> None:
     prog = rt.Program(dims=("b", "t"))
     b, t = prog.dims
