@@ -122,7 +122,8 @@ def _resumed_config(args: argparse.Namespace):
     if given or args.config is not None:
         flags = ", ".join("--" + n.replace("_", "-") for n in given) or "--config"
         raise UsageError(f"{flags}: a resumed run keeps its configuration",
-                         hint=f"edit {args.resume / 'config.toml'} or start a new run")  # fmt: skip
+                         hint=f"start a new run: --config {args.resume / 'config.toml'} "
+                              "and the options to change")  # fmt: skip
     if not (args.resume / "config.toml").exists():
         raise UsageError(f"{args.resume} holds no config.toml",
                          hint="resume a folder written by `rlsys train`")  # fmt: skip
