@@ -3,7 +3,8 @@
 The folder (`--out`, default runs/train-<timestamp>) holds `config.toml` (the configuration
 as run), `metrics.csv` (one row per iteration), TensorBoard event files of the same metrics,
 `checkpoint.npz` and, written last, `summary.json`; a folder without `summary.json` is from a
-run that did not finish.
+run that did not finish (one that failed before training, on a bad environment say, leaves
+no folder).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from rlsys.cli import compile_cache
 
     cache = compile_cache(args)
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -172,8 +175,14 @@ def run(args: argparse.Namespace) -> int:
         write_toml(dataclasses.asdict(config), out / "config.toml")
     from rlsys.training import train
 
-    with cache:
-        summary = train(args.algo, config, out, quiet=args.quiet, resume=args.resume is not None)
+    try:
+        with cache:
+            summary = train(args.algo, config, out, quiet=args.quiet,
+                            resume=args.resume is not None)  # fmt: skip
+    except BaseException:
+        if created and [p.name for p in out.iterdir()] == ["config.toml"]:
+            shutil.rmtree(out)  # it failed before training: no folder of a run that never ran
+        raise
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "

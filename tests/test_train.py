@@ -128,7 +128,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys)
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
-    assert not (tmp_path / "run" / "summary.json").exists()
+    assert not (tmp_path / "run").exists()  # nor a folder of a run that never trained
 
 
 def test_a_split_error_names_the_algorithms_line(tmp_path: Path, capsys) -> None:
