@@ -239,6 +239,8 @@ def test_ctrl_c_kills_the_whole_tree(cases_dir: Path) -> None:
         (["bench", "run"], "the following arguments are required: CASE"),
         (["bench"], "needs an action"),
         (["bench", "run", "fake", "--timeout", "0"], "--timeout must be positive"),
+        (["bench", "run", "fake", "--out", __file__], "is a file, not a folder"),
+        (["bench", "run", "fake", "--results-md", "/"], "not a file in an existing folder"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(

@@ -178,6 +178,27 @@ def test_report_compares_two_profiles(rl_profile, tmp_path: Path, capsys) -> Non
     assert "x" in text.split("total")[-1]  # the ratio column of the total row
 
 
+def test_a_summary_with_a_field_missing_or_out_a_file_is_one_line(rl_profile, tmp_path: Path,
+                                                                  capsys) -> None:  # fmt: skip
+    out, _ = rl_profile
+    summary = json.loads((out / "summary.json").read_text())
+    for field, value in (("note", None), ("processes", None), ("wall_seconds", "soon")):
+        damaged = tmp_path / field
+        damaged.mkdir()
+        if value is None:
+            del summary[field]
+        else:
+            summary[field] = value
+        (damaged / "summary.json").write_text(json.dumps(summary))
+        summary = json.loads((out / "summary.json").read_text())
+        assert main(["report", str(damaged), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "a field is missing or invalid" in err and "Traceback" not in err
+    (tmp_path / "file").write_text("")
+    assert main(["report", str(out), "--out", str(tmp_path / "file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -132,10 +132,18 @@ def _run(args: argparse.Namespace) -> int:
     cases = [load_case(cases_dir, name) for name in dict.fromkeys(args.cases)]
     selection = _systems_per_case(cases, args.systems)
     if args.results_md is not None:  # find broken markers now, not after minutes of runs
+        if args.results_md.is_dir() or not args.results_md.parent.is_dir():
+            raise UsageError(f"--results-md {args.results_md}: not a file in an existing folder")
         text = args.results_md.read_text() if args.results_md.is_file() else ""
         for case in cases:
             replace_section(text, case.name, "")
     out = args.out or default_out_dir("bench")
+    if out.exists() and not out.is_dir():  # checked now: results are written after the runs
+        raise UsageError(f"--out {out} is a file, not a folder", hint="pass a new --out DIR")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: {err.strerror}", hint="pass a new --out DIR") from None
     command = _command(args, reps)
     console, errors = _console(), _console(stderr=True)
     machine = machine_info()

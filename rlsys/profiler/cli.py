@@ -253,24 +253,38 @@ def _report(args: argparse.Namespace) -> int:
             hint="e.g. `rlsys report runs/profile-a runs/profile-b`",
         )
     summaries = [load_summary(d) for d in args.dirs]
+    out = _report_folder(args.out or Path(args.dirs[-1]))
     screen = console()
-    if len(summaries) == 2:
-        names = (str(args.dirs[0]), str(args.dirs[1]))
-        screen.print(comparison_table(summaries[0], summaries[1], names))
-        out = args.out or Path(args.dirs[1])
-        out.mkdir(parents=True, exist_ok=True)
-        page = write_comparison(summaries[0], summaries[1], names, out)
-        if not args.quiet:
-            screen.print(f"comparison in {page}", markup=False, highlight=False)
-        return 0
-    (summary,) = summaries
-    print_summary(screen, summary)
-    out = args.out or Path(args.dirs[0])
-    out.mkdir(parents=True, exist_ok=True)
-    path = plot_breakdown(summary, out / "breakdown.png")
-    if summary.get("gpu"):
-        plot_gpu(summary["gpu"], out)
-    page = write_report(summary, out)
+    try:
+        if len(summaries) == 2:
+            names = (str(args.dirs[0]), str(args.dirs[1]))
+            screen.print(comparison_table(summaries[0], summaries[1], names))
+            page = write_comparison(summaries[0], summaries[1], names, out)
+            if not args.quiet:
+                screen.print(f"comparison in {page}", markup=False, highlight=False)
+            return 0
+        (summary,) = summaries
+        print_summary(screen, summary)
+        path = plot_breakdown(summary, out / "breakdown.png")
+        if summary.get("gpu"):
+            plot_gpu(summary["gpu"], out)
+        page = write_report(summary, out)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        # load_summary checks the format and version; a field missing or of the wrong kind
+        # shows where it is read
+        folders = " or ".join(str(Path(d) / "summary.json") for d in args.dirs)
+        raise SummaryError(f"{folders}: a field is missing or invalid ({err!r})") from None
     if not args.quiet:
         screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)
     return 0
+
+
+def _report_folder(out: Path) -> Path:
+    """`out`, made if missing; a usage error now if it cannot be."""
+    if out.exists() and not out.is_dir():
+        raise _UsageError(f"--out {out} is a file, not a folder", hint="pass a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _UsageError(f"cannot create {out}: {err.strerror or err}") from None
+    return out
