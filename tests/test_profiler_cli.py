@@ -205,8 +205,9 @@ def test_a_summary_with_a_field_missing_or_out_a_file_is_one_line(rl_profile, tm
         ["report", "{tmp}/missing"],
         ["report", "{tmp}"],
         ["profile", "--out", "{tmp}/p", "--", "rlsys-no-such-command"],
+        ["profile", "--out", "{tmp}/p", "--", "python", "{tmp}/no_such_script.py"],
     ],
-    ids=["missing dir", "not a profile", "command not found"],
+    ids=["missing dir", "not a profile", "command not found", "script not found"],
 )
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], tmp_path: Path, capsys) -> None:
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2

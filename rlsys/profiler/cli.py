@@ -134,6 +134,9 @@ def _command(args: argparse.Namespace) -> list[str]:
         )
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
+    script = command[1] if len(command) > 1 and Path(command[0]).name.startswith("python") else ""
+    if script.endswith(".py") and not Path(script).is_file():  # else: an empty "complete" profile
+        raise _UsageError(f"no script {script} (the command after `--`)")
     return command
 
 
