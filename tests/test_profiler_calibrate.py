@@ -160,11 +160,13 @@ def test_calibrations_are_cached_per_command(tmp_path, monkeypatch, fake_runs) -
         calibrate.load_cached(["python", "a.py"])
 
 
-def test_bad_calibration_options_fail_in_one_line(capsys) -> None:
-    code = main(["profile", "--calibrate", "--calibration-runs", "0", "--", "x.py"])
+def test_bad_calibration_options_fail_in_one_line(tmp_path, capsys) -> None:
+    script = tmp_path / "x.py"
+    script.write_text("")
+    code = main(["profile", "--calibrate", "--calibration-runs", "0", "--", str(script)])
     assert code == 2
     assert "--calibration-runs must be at least 1" in capsys.readouterr().err
-    code = main(["profile", "--calibrate", "--max-seconds", "3", "--", "x.py"])
+    code = main(["profile", "--calibrate", "--max-seconds", "3", "--", str(script)])
     assert code == 2
     assert "--calibrate needs the command to run to its end" in capsys.readouterr().err
 

@@ -143,6 +143,32 @@ def test_max_seconds_stops_the_command_and_keeps_a_partial_profile(tmp_path: Pat
     assert "PARTIAL profile (stopped at --max-seconds)" in capsys.readouterr().out
 
 
+WITH_A_WORKER = """
+import pathlib, subprocess, sys, time
+worker = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"])
+pathlib.Path(sys.argv[1]).write_text(str(worker.pid))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_max_seconds_stops_the_commands_own_workers_too(tmp_path: Path) -> None:
+    """The stop goes to the command's descendants as well: its worker, a process of its own
+    that a terminal's Ctrl-C would reach, was left running (re-parented to init)."""
+    import psutil
+
+    script = write_script(tmp_path, WITH_A_WORKER)
+    pid_file = tmp_path / "worker.pid"
+    argv = ["profile", "--quiet", "--max-seconds", "2", "--out", str(tmp_path / "p"), "--",
+            str(script), str(pid_file)]  # fmt: skip
+    assert main(argv) == 0
+    worker = int(pid_file.read_text())
+    gone = not psutil.pid_exists(worker) or psutil.Process(worker).status() == "zombie"
+    if not gone:
+        os.kill(worker, signal.SIGKILL)
+    assert gone
+
+
 def test_sigint_is_forwarded_and_the_profile_is_partial(tmp_path: Path) -> None:
     script = write_script(tmp_path, LOOP_FOREVER)
     out = tmp_path / "p"

@@ -10,6 +10,9 @@ marked partial. Ctrl-C in a terminal already reaches the child, which shares our
 group, so the first SIGINT is not forwarded when our process group is the terminal's
 foreground group; any later one is. `max_seconds`: SIGINT at the limit, SIGTERM `GRACE_S`
 later, SIGKILL `GRACE_S` after that (a killed process leaves its trace loadable, partial).
+What we send goes to the child's descendants too (its own workers, which a terminal's Ctrl-C
+reaches as members of the group), and any of them still running once the child has ended
+are sent SIGTERM, then SIGKILL: stopping the command leaves none of it behind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from rlsys.trace.annotate import TRACE_DIR_ENV
 
@@ -73,6 +78,10 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
         reason = err.strerror or str(err)
         raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
     state = {"stopped_by": None, "signals": 0}
+    stopped: dict[int, psutil.Process] = {}  # every descendant a stop was sent to
+
+    def send(signum: int) -> None:
+        stopped.update(_send_to_tree(child.pid, signum))
 
     def forward(signum: int, frame: object) -> None:
         state["signals"] += 1
@@ -80,7 +89,7 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
         first_ctrl_c = signum == signal.SIGINT and state["signals"] == 1
         if first_ctrl_c and _terminal_sends_to_our_group():
             return
-        _send(child, signum)
+        send(signum)
 
     previous = _install(forward)
     try:
@@ -95,16 +104,36 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
             if next_at is not None and time.monotonic() >= next_at and escalation:
                 if state["stopped_by"] is None:
                     state["stopped_by"] = "max-seconds"
-                _send(child, escalation.pop(0))
+                send(escalation.pop(0))
                 next_at = time.monotonic() + GRACE_S
+        _end(list(stopped.values()))
     finally:
         _restore(previous)
     return ChildRun(_exit_code(returncode), state["stopped_by"], time.monotonic() - started)
 
 
-def _send(child: subprocess.Popen, signum: int) -> None:
-    with contextlib.suppress(OSError):  # already gone
-        child.send_signal(signum)
+def _send_to_tree(pid: int, signum: int) -> dict[int, psutil.Process]:
+    """Send `signum` to `pid` and its descendants (listed first: once it has ended, its
+    children are no longer its); returns the descendants."""
+    try:
+        root = psutil.Process(pid)
+        descendants = {p.pid: p for p in root.children(recursive=True)}
+    except psutil.Error:
+        return {}
+    for process in (root, *descendants.values()):
+        with contextlib.suppress(psutil.Error):  # already gone
+            process.send_signal(signum)
+    return descendants
+
+
+def _end(processes: list[psutil.Process]) -> None:
+    """Those still running after `GRACE_S`: SIGTERM, and SIGKILL `GRACE_S` later."""
+    _, alive = psutil.wait_procs(processes, timeout=GRACE_S)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for process in alive:
+            with contextlib.suppress(psutil.Error):  # gone, or its pid reused
+                process.send_signal(signum)
+        _, alive = psutil.wait_procs(alive, timeout=GRACE_S)
 
 
 def _install(handler) -> dict[int, object]:
