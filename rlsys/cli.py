@@ -25,6 +25,17 @@ def default_out_dir(verb: str) -> Path:
     return Path("runs") / f"{verb}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def make_out_dir(out: Path) -> Path:
+    """`out` (--out), made if missing; a usage error now, before any work, if it cannot be."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder", hint="pass a new --out DIR")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {out}: {err.strerror}", hint="pass a new --out DIR") from None
+    return out
+
+
 def _add_common_options(parser: argparse.ArgumentParser, writes: bool = True) -> None:
     """--out and --seed (for a verb that `writes` results) and --quiet. --seed's default is
     None so that a value from elsewhere (a config file) is used unless it is given."""

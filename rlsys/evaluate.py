@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +90,7 @@ def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
 
 def run(args: argparse.Namespace) -> int:
     from rlsys.train import ALGORITHMS, _read_toml
-    from rlsys.training import CHECKPOINT, load_checkpoint
+    from rlsys.training import CHECKPOINT, checkpoint_algo, load_checkpoint
 
     if args.episodes < 1:
         raise UsageError("--episodes must be at least 1")
@@ -117,18 +116,3 @@ def run(args: argparse.Namespace) -> int:
           f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
           "actions)")  # fmt: skip
     return 0
-
-
-def checkpoint_algo(path: Path) -> str:
-    """The algorithm a checkpoint.npz says it is of."""
-    from rlsys.train import ALGORITHMS
-    from rlsys.training import UNREADABLE
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            algo = json.loads(str(data["meta"])).get("algo")
-    except UNREADABLE as err:
-        raise UsageError(f"cannot read checkpoint {path}: {err}") from None
-    if algo not in ALGORITHMS:
-        raise UsageError(f"{path}: unknown algorithm {algo!r} in the checkpoint")
-    return algo

@@ -129,8 +129,7 @@ def _resumed_config(args: argparse.Namespace):
     if not (args.resume / "config.toml").exists():
         raise UsageError(f"{args.resume} holds no config.toml",
                          hint="resume a folder written by `rlsys train`")  # fmt: skip
-    from rlsys.evaluate import checkpoint_algo
-    from rlsys.training import CHECKPOINT
+    from rlsys.training import CHECKPOINT, checkpoint_algo
 
     if (args.resume / CHECKPOINT).exists():
         algo = checkpoint_algo(args.resume / CHECKPOINT)
@@ -161,16 +160,11 @@ def run(args: argparse.Namespace) -> int:
     if (out / "summary.json").exists():
         hint = "there is nothing left to run" if args.resume else "pass a new --out DIR"
         raise UsageError(f"{out} already holds a finished run", hint=hint)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder", hint="pass a new --out DIR")
-    from rlsys.cli import compile_cache
+    from rlsys.cli import compile_cache, make_out_dir
 
     cache = compile_cache(args)
     created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--out {out}: {err.strerror}", hint="pass a new --out DIR") from None
+    make_out_dir(out)
     if args.resume is None:
         write_toml(dataclasses.asdict(config), out / "config.toml")
     from rlsys.training import train

@@ -61,6 +61,18 @@ def load_checkpoint(path: Path, algo: str) -> LoopState:
     return LoopState(int(meta["iterations"]), carry)
 
 
+def checkpoint_algo(path: Path) -> str:
+    """The algorithm a checkpoint.npz says it is of."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            algo = json.loads(str(data["meta"])).get("algo")
+    except UNREADABLE as err:
+        raise UsageError(f"cannot read checkpoint {path}: {err}") from None
+    if algo not in ALGORITHMS:
+        raise UsageError(f"{path}: unknown algorithm {algo!r} in the checkpoint")
+    return algo
+
+
 def _kept_rows(path: Path, before: int) -> list[list[str]]:
     """The metrics rows of the iterations a resumed run does not repeat."""
     if not path.exists():

@@ -121,7 +121,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlsys.cli import default_out_dir
+    from rlsys.cli import default_out_dir, make_out_dir
 
     if args.reps is not None and args.reps < 1:
         raise UsageError(f"--reps must be at least 1, not {args.reps}")
@@ -137,13 +137,7 @@ def _run(args: argparse.Namespace) -> int:
         text = args.results_md.read_text() if args.results_md.is_file() else ""
         for case in cases:
             replace_section(text, case.name, "")
-    out = args.out or default_out_dir("bench")
-    if out.exists() and not out.is_dir():  # checked now: results are written after the runs
-        raise UsageError(f"--out {out} is a file, not a folder", hint="pass a new --out DIR")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--out {out}: {err.strerror}", hint="pass a new --out DIR") from None
+    out = make_out_dir(args.out or default_out_dir("bench"))  # results come after the runs
     command = _command(args, reps)
     console, errors = _console(), _console(stderr=True)
     machine = machine_info()

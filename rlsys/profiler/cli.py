@@ -150,10 +150,7 @@ def _profile(args: argparse.Namespace) -> int:
     trace_dir = out / "trace"
     if trace_dir.is_dir() and any(trace_dir.glob("*.jsonl")):
         raise _UsageError(f"{out} already holds a profile", hint="pass a new --out DIR")
-    try:
-        trace_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise _UsageError(f"cannot create {trace_dir}: {err.strerror or err}") from None
+    _made_folder(trace_dir)
 
     calibration = _calibration(command, args) if args.calibrate else None
     sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
@@ -256,7 +253,7 @@ def _report(args: argparse.Namespace) -> int:
             hint="e.g. `rlsys report runs/profile-a runs/profile-b`",
         )
     summaries = [load_summary(d) for d in args.dirs]
-    out = _report_folder(args.out or Path(args.dirs[-1]))
+    out = _made_folder(args.out or Path(args.dirs[-1]))
     screen = console()
     try:
         if len(summaries) == 2:
@@ -282,8 +279,9 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_folder(out: Path) -> Path:
-    """`out`, made if missing; a usage error now if it cannot be."""
+def _made_folder(out: Path) -> Path:
+    """`out`, made if missing; a usage error now if it cannot be (`rlsys.cli.make_out_dir`'s
+    twin: the profiler imports nothing of rlsys but the trace)."""
     if out.exists() and not out.is_dir():
         raise _UsageError(f"--out {out} is a file, not a folder", hint="pass a folder")
     try:
