@@ -178,3 +178,36 @@ def test_child_processes_record_their_own_session(tmp_path: Path, method: str) -
 def test_start_twice_is_an_error(recording, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="already recording"):
         rlsys.start_recording(tmp_path / "other")
+
+
+OWN_RECORDING_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import rlsys
+
+    rlsys.start_recording(sys.argv[1])
+    with rlsys.operation("before-stop"):
+        pass
+    print(rlsys.stop_recording())
+    with rlsys.operation("after-stop"):
+        pass
+    """
+)
+
+
+def test_a_script_recording_itself_runs_unchanged_under_the_profiler(tmp_path: Path) -> None:
+    # `rlsys profile` starts the recording from RLSYS_TRACE_DIR; the script's own
+    # start_recording/stop_recording must neither fail nor end the profile's recording.
+    script = tmp_path / "own.py"
+    script.write_text(OWN_RECORDING_SCRIPT)
+    profile_dir, own_dir = tmp_path / "profile", tmp_path / "own"
+    env = {**os.environ, annotate.TRACE_DIR_ENV: str(profile_dir)}
+    result = subprocess.run([sys.executable, str(script), str(own_dir)], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"already recorded into {profile_dir}" in result.stderr
+    assert result.stdout.strip().startswith(str(profile_dir))
+    assert not own_dir.exists()
+    session = Session.load_dir(profile_dir)
+    assert {e.name for e in session.events} >= {"before-stop", "after-stop"}
+    assert session.complete

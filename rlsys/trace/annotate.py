@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,9 @@ class _Active:
     """
 
     recorder: Recorder | None = None
+    # True when the recorder was started from RLSYS_TRACE_DIR (by `rlsys profile`, or by a
+    # parent's `start_recording`): the process's own start/stop calls then leave it running.
+    from_environment: bool = False
 
 
 def operation(name: str) -> _Span | _Disabled:
@@ -357,10 +361,26 @@ def active_recorder() -> Recorder | None:
 
 
 def start_recording(directory: str | os.PathLike[str], **options: Any) -> Recorder:
-    """Record this process (and children that import rlsys) into `directory`."""
-    if _Active.recorder is not None:
+    """Record this process (and children that import rlsys) into `directory`.
+
+    Under `rlsys profile` (or in a child of a recording process) this process already records
+    into the profile's folder; then that recording goes on, `directory` is not used, and a
+    warning says where the events go, so that a script runs unchanged with or without the
+    profiler.
+    """
+    active = _Active.recorder
+    if active is not None and _Active.from_environment:
+        warnings.warn(
+            f"start_recording({str(directory)!r}): this process is already recorded into "
+            f"{active.directory} (by `rlsys profile` or a recording parent process), which "
+            "keeps the events; stop_recording() will leave that recording running",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return active
+    if active is not None:
         raise RuntimeError(
-            f"already recording into {_Active.recorder.directory}; call stop_recording() first"
+            f"already recording into {active.directory}; call stop_recording() first"
         )
     recorder = Recorder(directory, **options)
     _Active.recorder = recorder
@@ -369,10 +389,18 @@ def start_recording(directory: str | os.PathLike[str], **options: Any) -> Record
 
 
 def stop_recording() -> Path | None:
-    """Flush and close the active recorder; returns the file it wrote, or None."""
-    recorder, _Active.recorder = _Active.recorder, None
+    """Flush and close the active recorder; returns the file it wrote, or None.
+
+    A recording started from the environment (see `start_recording`) is flushed, not closed:
+    whoever started it closes it when this process exits.
+    """
+    recorder = _Active.recorder
     if recorder is None:
         return None
+    if _Active.from_environment:
+        recorder.flush()
+        return recorder.path
+    _Active.recorder = None
     os.environ.pop(TRACE_DIR_ENV, None)
     recorder.close()
     return recorder.path
@@ -405,6 +433,7 @@ def _start_from_environment() -> None:
     directory = os.environ.get(TRACE_DIR_ENV)
     if directory and _Active.recorder is None:
         _Active.recorder = Recorder(directory)
+        _Active.from_environment = True
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
