@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlsys.trace import termination
 from rlsys.trace.events import (
     Category,
     Event,
@@ -155,19 +156,33 @@ class Recorder:
 
     def flush(self) -> None:
         with self._write_lock:
-            lines = []
-            while self._pending:
-                lines.append(_event_line(self.pid, self._pending.popleft()))
-            events = len(lines)
-            for buffer in self._buffers:
-                events += buffer.drain_into(lines)
-            if lines:
-                self.writer.write_event_lines(lines, events)
+            self._write_pending()
 
-    def close(self) -> None:
-        self.flush()
-        with self._write_lock:
+    def close(self, timeout: float = -1) -> bool:
+        """Write what is pending and the file's end; idempotent.
+
+        With a `timeout` (seconds), gives up after it and returns False: a signal handler
+        closing the recorder may have interrupted this recorder's own write on its thread, and
+        waiting for that write would wait forever.
+        """
+        if not self._write_lock.acquire(timeout=timeout):
+            return False
+        try:
+            self._write_pending()
             self.writer.close()
+        finally:
+            self._write_lock.release()
+        return True
+
+    def _write_pending(self) -> None:
+        lines = []
+        while self._pending:
+            lines.append(_event_line(self.pid, self._pending.popleft()))
+        events = len(lines)
+        for buffer in self._buffers:
+            events += buffer.drain_into(lines)
+        if lines:
+            self.writer.write_event_lines(lines, events)
 
     def restart_in_child(self) -> Recorder:
         """After fork: a recorder for this new process, keeping this thread's open spans."""
@@ -385,6 +400,7 @@ def start_recording(directory: str | os.PathLike[str], **options: Any) -> Record
     recorder = Recorder(directory, **options)
     _Active.recorder = recorder
     os.environ[TRACE_DIR_ENV] = str(recorder.directory.resolve())
+    termination.close_on_sigterm(_close_at_sigterm)
     return recorder
 
 
@@ -402,6 +418,7 @@ def stop_recording() -> Path | None:
         return recorder.path
     _Active.recorder = None
     os.environ.pop(TRACE_DIR_ENV, None)
+    termination.uninstall()
     recorder.close()
     return recorder.path
 
@@ -417,11 +434,15 @@ def _close_when_multiprocessing_child_exits(recorder: Recorder) -> None:
 
 def _close_at_multiprocessing_exit(recorder: Recorder) -> None:
     sys.modules["multiprocessing.util"].Finalize(None, recorder.close, exitpriority=0)
+    # The forkserver's child clears the signal wakeup fd after the fork: install anew.
+    termination.close_on_sigterm(_close_at_sigterm)
 
 
 def _after_fork_in_child() -> None:
     if _Active.recorder is not None:
         _Active.recorder = _Active.recorder.restart_in_child()
+        termination.forget_after_fork()
+        termination.close_on_sigterm(_close_at_sigterm)
 
 
 def _close_at_exit() -> None:
@@ -429,11 +450,17 @@ def _close_at_exit() -> None:
         _Active.recorder.close()
 
 
+def _close_at_sigterm() -> None:
+    if _Active.recorder is not None:
+        _Active.recorder.close(timeout=termination.LOCK_TIMEOUT_S)
+
+
 def _start_from_environment() -> None:
     directory = os.environ.get(TRACE_DIR_ENV)
     if directory and _Active.recorder is None:
         _Active.recorder = Recorder(directory)
         _Active.from_environment = True
+        termination.close_on_sigterm(_close_at_sigterm)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

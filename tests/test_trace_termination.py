@@ -1,0 +1,77 @@
+"""A recorded process ended by SIGTERM closes its trace first (multiprocessing.Pool's exit,
+`rlsys profile`'s time limit), and one stuck in C still dies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlsys.profiler.launch import child_environment
+from rlsys.trace import Session, termination
+
+SCRIPT = textwrap.dedent(
+    """
+    import ctypes, multiprocessing, sys, time
+    import rlsys
+
+    def sleep_in_python():
+        with rlsys.operation("child-op"):
+            pass
+        time.sleep(60)
+
+    def stuck_in_c():
+        # A default mutex locked twice by one thread: no signal interrupts the second lock,
+        # as in a child forked while another thread held a lock.
+        libc = ctypes.CDLL(None)
+        mutex = ctypes.create_string_buffer(64)
+        libc.pthread_mutex_lock(mutex)
+        with rlsys.operation("child-op"):
+            pass
+        libc.pthread_mutex_lock(mutex)
+
+    if __name__ == "__main__":
+        method, target = sys.argv[1:]
+        context = multiprocessing.get_context(method)
+        child = context.Process(target=globals()[target])
+        child.start()
+        time.sleep(1.5)
+        start = time.monotonic()
+        child.terminate()
+        child.join(30)
+        print(child.pid, child.exitcode, time.monotonic() - start)
+    """
+)
+
+
+def _terminate_child(tmp_path: Path, method: str, target: str) -> tuple[int, int, float]:
+    # As under `rlsys profile`: every Python process records from the start (the forkserver
+    # too, so that its children are forked from a recording process).
+    script = tmp_path / "parent.py"
+    script.write_text(SCRIPT)
+    env = child_environment(tmp_path / "t")
+    result = subprocess.run([sys.executable, str(script), method, target], env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    pid, exitcode, seconds = result.stdout.split()
+    return int(pid), int(exitcode), float(seconds)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_a_terminated_child_closes_its_trace_and_dies_of_sigterm(tmp_path, method) -> None:
+    pid, exitcode, _ = _terminate_child(tmp_path, method, "sleep_in_python")
+    assert exitcode == -15
+    session = Session.load_dir(tmp_path / "t")
+    assert session.complete
+    assert [e.name for e in session.events if e.pid == pid] == ["child-op"]
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_child_stuck_in_c_is_killed_after_the_grace_period(tmp_path, method) -> None:
+    _, exitcode, seconds = _terminate_child(tmp_path, method, "stuck_in_c")
+    assert exitcode == -9
+    assert seconds < termination.GRACE_S + 3
+    assert not Session.load_dir(tmp_path / "t").complete
