@@ -106,6 +106,24 @@ def test_exit_code_passes_through_and_the_profile_is_still_written(tmp_path: Pat
     assert list(summary["operations"]) == ["work"]  # the only event: it spans the trace
 
 
+OUTLIVED_BY_ITS_CHILD = """
+    import subprocess, sys
+    late = "import time, rlsys\\nwith rlsys.operation('after-the-command'):\\n    time.sleep(0.5)"
+    subprocess.Popen([sys.executable, "-c", late])
+"""
+
+
+def test_a_process_outliving_the_command_is_waited_for(tmp_path: Path) -> None:
+    """Its trace was read before it was closed (multiprocessing's forkserver and resource
+    tracker, which end just after the command, made profiles partial now and then)."""
+    script = write_script(tmp_path, OUTLIVED_BY_ITS_CHILD)
+    out = tmp_path / "p"
+    assert main(["profile", "--quiet", "--out", str(out), "--", sys.executable, str(script)]) == 0
+    summary = load_summary(out)
+    assert summary["complete"]
+    assert summary["operations"]["after-the-command"]["calls"] == 1
+
+
 def test_an_uncaught_exception_exits_1(tmp_path: Path, capfd) -> None:
     script = write_script(tmp_path, ANNOTATED_THEN + "    raise ValueError('boom')\n")
     assert main(["profile", "--out", str(tmp_path / "p"), "--", str(script)]) == 1

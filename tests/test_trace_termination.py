@@ -75,3 +75,37 @@ def test_a_child_stuck_in_c_is_killed_after_the_grace_period(tmp_path, method) -
     assert exitcode == -9
     assert seconds < termination.GRACE_S + 3
     assert not Session.load_dir(tmp_path / "t").complete
+
+
+SIGNAL_DURING_WRITE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import rlsys
+
+    recorder = rlsys.start_recording(sys.argv[1])
+    with rlsys.operation("written-when-signalled"):
+        pass
+    write_event_lines = recorder.writer.write_event_lines
+
+    def signal_then_write(lines, events):
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs inside this write
+        sum(range(1000))
+        write_event_lines(lines, events)
+
+    recorder.writer.write_event_lines = signal_then_write
+    recorder.flush()
+    print("survived SIGTERM")
+    """
+)
+
+
+def test_sigterm_during_the_traces_own_write_closes_it_after_that_write(tmp_path) -> None:
+    script = tmp_path / "signalled.py"
+    script.write_text(SIGNAL_DURING_WRITE)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == -15, result.stderr
+    assert "survived" not in result.stdout
+    session = Session.load_dir(tmp_path / "t")
+    assert session.complete
+    assert [e.name for e in session.events] == ["written-when-signalled"]

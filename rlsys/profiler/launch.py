@@ -13,11 +13,17 @@ later, SIGKILL `GRACE_S` after that (a killed process leaves its trace loadable,
 What we send goes to the child's descendants too (its own workers, which a terminal's Ctrl-C
 reaches as members of the group), and any of them still running once the child has ended
 are sent SIGTERM, then SIGKILL: stopping the command leaves none of it behind.
+
+Descendants that outlive the child (multiprocessing's forkserver and resource tracker exit
+just after it) are re-parented to this process, a Linux "child subreaper", rather than to
+init, so that we can find them: a command that ends on its own is done once they are too (up
+to `GRACE_S`), and its profile does not read their traces half-written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -72,9 +78,12 @@ def _exit_code(returncode: int) -> int:
 def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | None) -> ChildRun:
     """Run `command` to its end (see the module docstring for signals and the time limit)."""
     started = time.monotonic()
+    ours_before = {p.pid for p in psutil.Process().children()}
+    _adopt_orphans(True)
     try:
         child = subprocess.Popen(command, env=dict(env))
     except OSError as err:
+        _adopt_orphans(False)
         reason = err.strerror or str(err)
         raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
     state = {"stopped_by": None, "signals": 0}
@@ -106,10 +115,34 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
                     state["stopped_by"] = "max-seconds"
                 send(escalation.pop(0))
                 next_at = time.monotonic() + GRACE_S
-        _end(list(stopped.values()))
+        left = {p.pid: p for p in _orphans_adopted(ours_before)}
+        if state["stopped_by"] is None:
+            psutil.wait_procs(list(left.values()), timeout=GRACE_S)
+        else:
+            _end(list({**stopped, **left}.values()))
     finally:
+        _adopt_orphans(False)
         _restore(previous)
     return ChildRun(_exit_code(returncode), state["stopped_by"], time.monotonic() - started)
+
+
+def _adopt_orphans(on: bool) -> None:
+    """Make this process the child subreaper of its descendants (Linux; elsewhere nothing)."""
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None).prctl(pr_set_child_subreaper, int(on), 0, 0, 0)
+
+
+def _orphans_adopted(ours_before: set[int]) -> list[psutil.Process]:
+    """The command's descendants still running after it (now our children), and theirs."""
+    left = []
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            if child.pid not in ours_before:
+                left.append(child)
+                with contextlib.suppress(psutil.Error):
+                    left.extend(child.children(recursive=True))
+    return left
 
 
 def _send_to_tree(pid: int, signum: int) -> dict[int, psutil.Process]:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import array
 import atexit
 import collections
+import contextlib
 import functools
 import json
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,7 @@ class Recorder:
         self._pending: collections.deque[tuple] = collections.deque()
         self._buffers: list[_IntervalBuffer] = []  # see `interval_buffer`
         self._write_lock = threading.Lock()
+        self._writing_thread: int | None = None  # holder of _write_lock, see close_at_signal
         self._local = threading.local()
 
     @property
@@ -101,7 +103,7 @@ class Recorder:
             thread = threading.current_thread()
             state = _ThreadState(threading.get_native_id())
             self._local.state = state
-            with self._write_lock:
+            with self._writing():
                 self.writer.write_thread(self.pid, state.tid, thread.name)
             return state
 
@@ -146,7 +148,7 @@ class Recorder:
         `emit_raw` calls (a patch of `emit_raw` does not see them).
         """
         buffer = _IntervalBuffer(category, self.pid, tid, names)
-        with self._write_lock:
+        with self._writing():
             self._buffers.append(buffer)
         return buffer.times
 
@@ -155,24 +157,39 @@ class Recorder:
         self.emit_raw(name, _OPERATION, now, now, self.thread_state().tid, None, attrs)
 
     def flush(self) -> None:
-        with self._write_lock:
+        with self._writing():
             self._write_pending()
 
-    def close(self, timeout: float = -1) -> bool:
-        """Write what is pending and the file's end; idempotent.
-
-        With a `timeout` (seconds), gives up after it and returns False: a signal handler
-        closing the recorder may have interrupted this recorder's own write on its thread, and
-        waiting for that write would wait forever.
-        """
-        if not self._write_lock.acquire(timeout=timeout):
-            return False
-        try:
+    def close(self) -> None:
+        """Write what is pending and the file's end; idempotent."""
+        with self._writing():
             self._write_pending()
             self.writer.close()
-        finally:
-            self._write_lock.release()
+
+    def close_at_signal(self) -> bool:
+        """`close` from a signal handler. Returns False, having done nothing, when the handler
+        interrupted this thread's own write (waiting for it would wait forever): the write
+        then runs `termination.run_deferred` when done. Gives up (True, file not closed)
+        after `termination.LOCK_TIMEOUT_S` if another thread holds the write lock."""
+        if self._writing_thread == threading.get_ident():
+            return False
+        if self._write_lock.acquire(timeout=termination.LOCK_TIMEOUT_S):
+            try:
+                self._write_pending()
+                self.writer.close()
+            finally:
+                self._write_lock.release()
         return True
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        with self._write_lock:
+            self._writing_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._writing_thread = None
+        termination.run_deferred()
 
     def _write_pending(self) -> None:
         lines = []
@@ -450,9 +467,8 @@ def _close_at_exit() -> None:
         _Active.recorder.close()
 
 
-def _close_at_sigterm() -> None:
-    if _Active.recorder is not None:
-        _Active.recorder.close(timeout=termination.LOCK_TIMEOUT_S)
+def _close_at_sigterm() -> bool:
+    return _Active.recorder is None or _Active.recorder.close_at_signal()
 
 
 def _start_from_environment() -> None:

@@ -11,8 +11,8 @@ A Python handler runs only once the main thread is back in the interpreter. A pr
 in C code (a lock that a fork left held, say) would then never die, and `Pool.terminate`,
 which joins its workers, would wait forever. So a watcher thread, woken through the signal
 module's wakeup fd (written by the C-level handler, whatever the main thread does), SIGKILLs
-the process if the handler has not finished `GRACE_S` after the signal (it may also be waiting
-for a lock the interrupted code held): the default's outcome, late, without the lost events.
+the process if the handler has not finished `GRACE_S` after the signal: the default's outcome,
+late, without the lost events.
 
 Installed only from the main thread, where SIGTERM has its default action and no one else
 uses the wakeup fd; a handler the program installs later replaces this one (and the watcher
@@ -29,17 +29,18 @@ from collections.abc import Callable
 
 GRACE_S = 2.0
 WAKE_S = 0.1  # see _Installed._watch
-# How long the handler waits for the recorder's write lock: the code it interrupted may hold it
-# (a flush, or the recorder's normal close racing the signal), and then it never comes free.
+# How long the handler waits for the recorder's write lock while another thread writes (the
+# handler's own thread is never waited for: see Recorder.close_at_signal).
 LOCK_TIMEOUT_S = 0.5
 _STOP = b"\0"  # no signal has number 0
 
 
 class _Installed:
-    def __init__(self, close: Callable[[], None]) -> None:
+    def __init__(self, close: Callable[[], bool]) -> None:
         self.close = close
         self.handler_done = threading.Event()
         self.handling = False
+        self.deferred = False
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # signal.set_wakeup_fd requires it
         self.watcher = threading.Thread(target=self._watch, name="rlsys-sigterm", daemon=True)
@@ -49,11 +50,18 @@ class _Installed:
             return
         self.handling = True
         try:
-            self.close()
-        finally:
-            self.handler_done.set()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            closed = self.close()
+        except BaseException:  # dying anyway, as the default action would have
+            closed = True
+        if not closed:  # it interrupted the trace's own write: `run_deferred` resumes after it
+            self.handling, self.deferred = False, True
+            return
+        self.die()
+
+    def die(self) -> None:
+        self.handler_done.set()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _watch(self) -> None:
         # Python runs a handler in the main thread only, and only once that thread is back in
@@ -82,8 +90,12 @@ class _Installed:
 _installed: _Installed | None = None
 
 
-def close_on_sigterm(close: Callable[[], None]) -> None:
-    """Run `close` when SIGTERM ends this process (see the module docstring for when)."""
+def close_on_sigterm(close: Callable[[], bool]) -> None:
+    """Run `close` when SIGTERM ends this process (see the module docstring for when).
+
+    `close` returns False if the signal interrupted the very write it would do; the writer
+    then calls `run_deferred` once done.
+    """
     global _installed
     uninstall()
     if threading.current_thread() is not threading.main_thread():
@@ -103,6 +115,14 @@ def close_on_sigterm(close: Callable[[], None]) -> None:
     signal.signal(signal.SIGTERM, installed.on_sigterm)
     installed.watcher.start()
     _installed = installed
+
+
+def run_deferred() -> None:
+    """The end of a write that a SIGTERM's handler waited for: close, then die."""
+    installed = _installed
+    if installed is not None and installed.deferred:
+        installed.deferred = False
+        installed.on_sigterm(signal.SIGTERM, None)
 
 
 def uninstall() -> None:
