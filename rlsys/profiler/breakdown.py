@@ -136,6 +136,7 @@ def _process(pid: int, events: list[Event], info: ProcessInfo | None) -> Process
     acc = _Accumulator(main)
     for start, end, active in sweep(_labelled(events, threads, lines, native)):
         acc.add(start, end, active)
+    acc.finish()
     acc.count_events(events, lines)
     return ProcessBreakdown(
         pid=pid,
@@ -245,12 +246,19 @@ def _nesting_error(outer: Event, inner: Event, pid: int, tid: int) -> ProfileErr
 
 
 class _Accumulator:
-    """Adds the stretches of one process's sweep into per-operation `Times` (module docstring)."""
+    """Adds the stretches of one process's sweep into per-operation `Times` (module docstring).
+
+    A long recording's sweep has millions of stretches but few distinct label sets, so `add`
+    only sums the time of each set and counts which set directly follows which; `finish`
+    then attributes each set's time, and each such pair's category changes, once.
+    """
 
     def __init__(self, main_tid: int | None) -> None:
         self.main_tid = main_tid
         self.operations: dict[str, Times] = {}
-        self._last: dict[int, tuple[int, Category]] = {}  # tid -> (end, category) of last stretch
+        self._ns: dict[frozenset, int] = {}
+        self._adjacent: dict[tuple[frozenset, frozenset], int] = {}
+        self._previous: tuple[int, frozenset] | None = None  # (end, active) of the last stretch
 
     def times(self, name: str) -> Times:
         if name not in self.operations:
@@ -258,27 +266,43 @@ class _Accumulator:
         return self.operations[name]
 
     def add(self, start: int, end: int, active: frozenset) -> None:
+        self._ns[active] = self._ns.get(active, 0) + end - start
+        previous = self._previous
+        if previous is not None and previous[0] == start:
+            pair = (previous[1], active)
+            self._adjacent[pair] = self._adjacent.get(pair, 0) + 1
+        self._previous = (end, active)
+
+    def finish(self) -> None:
+        plans = {active: self._plan(active) for active in self._ns}
+        for active, ns in self._ns.items():
+            threads, main_op, busy, gpu = plans[active]
+            for _, category, name in threads:
+                self.times(name).cpu_ns[category] += ns
+            owner = self.times(main_op)
+            owner.wall_ns += ns
+            owner.gpu_ns += ns if gpu else 0
+            owner.resource_ns[resource(busy, gpu)] += ns
+        # A thread's category changes between two adjacent stretches it is busy in both.
+        for (before, after), count in self._adjacent.items():
+            was = {tid: category for tid, category, _ in plans[before][0]}
+            for tid, category, name in plans[after][0]:
+                if was.get(tid, category) != category:
+                    key = (str(was[tid]), str(category))
+                    transitions = self.times(name).transitions
+                    transitions[key] = transitions.get(key, 0) + count
+
+    def _plan(self, active: frozenset) -> tuple[list[tuple[int, Category, str]], str, bool, bool]:
+        """Where a stretch of `active` goes: each thread's category and operation, the main
+        thread's operation, whether a CPU and a GPU are busy."""
         spans, ops, cpu, gpu = _parse(active)
         main_op = ops.get(self.main_tid, NO_OPERATION)
-        busy = False
+        threads = []
         for tid in sorted(spans):
             category = resolve(cpu.get(tid, ()))
-            times = self.times(ops.get(tid, main_op))
-            times.cpu_ns[category] += end - start
-            busy = busy or category not in IDLE_CATEGORIES
-            self._transition(tid, start, end, category, times)
-        owner = self.times(main_op)
-        owner.wall_ns += end - start
-        owner.gpu_ns += (end - start) if gpu else 0
-        owner.resource_ns[resource(busy, gpu)] += end - start
-
-    def _transition(self, tid: int, start: int, end: int, category: Category, times: Times) -> None:
-        """Count a change of category between two adjacent stretches of one thread."""
-        last = self._last.get(tid)
-        if last is not None and last[0] == start and last[1] != category:
-            key = (str(last[1]), str(category))
-            times.transitions[key] = times.transitions.get(key, 0) + 1
-        self._last[tid] = (end, category)
+            threads.append((tid, category, ops.get(tid, main_op)))
+        busy = any(category not in IDLE_CATEGORIES for _, category, _ in threads)
+        return threads, main_op, busy, gpu
 
     def count_events(self, events: list[Event], lines: dict[int, _OperationTimeline]) -> None:
         """Count each event in the operation its thread (else the main thread) is in at its start.

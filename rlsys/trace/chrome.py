@@ -8,6 +8,7 @@ microseconds (floats, so nanoseconds survive) relative to the earliest event of 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -57,19 +58,51 @@ def _metadata_events(session: Session) -> list[dict[str, Any]]:
 
 def chrome_trace(session: Session) -> dict[str, Any]:
     """The session as a Chrome trace object: {"traceEvents": [...], ...}."""
-    origin = min((e.start_ns for e in session.events), default=0)
+    origin = _origin(session)
     events = _metadata_events(session) + [_event_json(e, origin) for e in session.events]
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {"producer": "rlsys", "complete": session.complete, "origin_ns": origin},
-    }
+    return {"traceEvents": events, **_trailer(session, origin)}
 
 
 def write_chrome_trace(session: Session, path: str | os.PathLike[str]) -> Path:
-    """Write `chrome_trace(session)` as JSON to `path`; returns the path."""
+    """Write `chrome_trace(session)` as JSON to `path`; returns the path.
+
+    Written a batch of events at a time, each encoded by one `json.dumps` call: `json.dump`
+    of the whole object runs the pure-Python encoder (about 9 µs per event) and holds every
+    event's dict at once.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    origin = _origin(session)
+    events = session.events
+    batches = itertools.chain(
+        [_metadata_events(session)],
+        ([_event_json(e, origin) for e in events[i : i + _BATCH]]
+         for i in range(0, len(events), _BATCH)),
+    )  # fmt: skip
     with path.open("w", encoding="utf-8") as f:
-        json.dump(chrome_trace(session), f, separators=(",", ":"), default=str)
+        f.write('{"traceEvents":[')
+        separator = ""
+        for batch in batches:
+            if batch:
+                f.write(separator + _dumps(batch)[1:-1])  # the records without the brackets
+                separator = ","
+        f.write("]," + _dumps(_trailer(session, origin))[1:])
     return path
+
+
+_BATCH = 20_000
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _origin(session: Session) -> int:
+    return min((e.start_ns for e in session.events), default=0)
+
+
+def _trailer(session: Session, origin: int) -> dict[str, Any]:
+    return {
+        "displayTimeUnit": "ns",
+        "otherData": {"producer": "rlsys", "complete": session.complete, "origin_ns": origin},
+    }

@@ -283,63 +283,128 @@ class Session:
         )
 
 
+_PARSE_CHUNK_LINES = 10_000
+
+
 def _read_session(path: Path) -> Session:
+    """Read a session file a chunk of lines at a time (a long profile's file holds millions
+    of lines: holding its text, its lines and all their parsed records at once took about
+    1 KB per event), each chunk parsed by one `json.loads` call."""
+    reader = _SessionReader(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open(encoding="utf-8", errors="replace", newline="\n") as file:
+            chunk: list[str] = []
+            for line in file:
+                chunk.append(line)
+                if len(chunk) == _PARSE_CHUNK_LINES:
+                    reader.add_lines(chunk)
+                    chunk = []
+            reader.add_lines(chunk, last=True)
     except OSError as err:
         raise TraceFormatError(f"{path}: cannot read session file: {err.strerror}") from None
-    lines = text.split("\n")
-    torn_tail = lines[-1] != ""  # a clean file ends with a newline
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line:
-            continue
+    return reader.session()
+
+
+class _SessionReader:
+    """Builds a Session from a file's lines, in order; names and devices are shared strings."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.number = 0  # lines read so far
+        self.processes: list[ProcessInfo] = []
+        self.events: list[Event] = []
+        self.threads: dict[tuple[int, int], str] = {}
+        self.complete = False
+        self._header_seen = False
+        self._strings: dict[str, str] = {}
+
+    def add_lines(self, lines: list[str], last: bool = False) -> None:
+        torn_tail = last and bool(lines) and not lines[-1].endswith("\n")
+        kept = [line for line in lines if line.strip()]
         try:
-            records.append((number, json.loads(line)))
+            records = json.loads("[" + ",".join(kept) + "]")
         except json.JSONDecodeError:
-            if torn_tail and number == len(lines):
-                break  # the writer died mid-line: drop that one line
-            raise TraceFormatError(
-                f"{path}:{number}: not a JSON line; the file is corrupt (only a torn last "
-                "line is tolerated)"
-            ) from None
-    return _session_from_records(path, records)
+            records = None  # find the bad line, one at a time
+        start = self.number
+        self.number += len(lines)
+        if records is not None and len(records) == len(kept):
+            numbered = zip(_numbers(lines, start), records, strict=True)
+        else:
+            numbered = self._parse_one_by_one(lines, start, torn_tail)
+        for number, record in numbered:
+            self._add(number, record)
 
+    def _parse_one_by_one(self, lines: list[str], start: int, torn_tail: bool):
+        for offset, line in enumerate(lines):
+            if not line.strip():
+                continue
+            number = start + offset + 1
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError:
+                if torn_tail and offset == len(lines) - 1:
+                    return  # the writer died mid-line: drop that one line
+                raise TraceFormatError(
+                    f"{self.path}:{number}: not a JSON line; the file is corrupt (only a torn "
+                    "last line is tolerated)"
+                ) from None
 
-def _session_from_records(path: Path, records: list[tuple[int, Any]]) -> Session:
-    header = records[0][1] if records else None
-    if not (isinstance(header, list) and len(header) == 2 and header[0] == FORMAT_NAME):
-        raise TraceFormatError(f"{path}: not an {FORMAT_NAME} file (first line is not the magic)")
-    version = header[1]
-    if version not in READABLE_VERSIONS:
-        raise TraceFormatError(
-            f"{path}: format version {version}, this rlsys reads versions {READABLE_VERSIONS}; "
-            "upgrade rlsys to read it"
-        )
-    processes: list[ProcessInfo] = []
-    events: list[Event] = []
-    threads: dict[tuple[int, int], str] = {}
-    complete = False
-    for number, record in records[1:]:
+    def _add(self, number: int, record: Any) -> None:
+        if not self._header_seen:
+            _check_header(self.path, record)
+            self._header_seen = True
+            return
         try:
             tag = record[0]
             if tag == "event":
-                events.append(Event.from_record(record))
+                _, name, kind, start, end, pid, tid, device, region, attrs = record
+                shared = self._strings.setdefault
+                name, device = shared(name, name), shared(device, device)
+                event = Event(name, _category(kind), start, end, pid, tid, device, region, attrs)
+                self.events.append(event)
             elif tag == "intervals":
-                events.extend(_unpack_intervals(record))
+                self.events.extend(_unpack_intervals(record))
             elif tag == "thread":
-                threads[(record[1], record[2])] = record[3]
+                self.threads[(record[1], record[2])] = record[3]
             elif tag == "process":
-                processes.append(ProcessInfo.from_dict(record[1]))
+                self.processes.append(ProcessInfo.from_dict(record[1]))
             elif tag == "end":
-                complete = True
+                self.complete = True
             else:
                 raise ValueError(f"unknown record tag {tag!r}")
         except (ValueError, TypeError, IndexError, KeyError) as err:
-            raise TraceFormatError(f"{path}:{number}: bad record: {err}") from None
-    if not processes:
-        raise TraceFormatError(f"{path}: no process record; the file was cut in its header")
-    return Session(tuple(processes), events, threads, complete)
+            raise TraceFormatError(f"{self.path}:{number}: bad record: {err}") from None
+
+    def session(self) -> Session:
+        if not self._header_seen:
+            _check_header(self.path, None)
+        if not self.processes:
+            raise TraceFormatError(
+                f"{self.path}: no process record; the file was cut in its header"
+            )
+        return Session(tuple(self.processes), self.events, self.threads, self.complete)
+
+
+_CATEGORIES = {str(c): c for c in Category}
+
+
+def _category(name: str) -> Category:
+    category = _CATEGORIES.get(name)
+    return Category(name) if category is None else category  # Category raises a clear error
+
+
+def _numbers(lines: list[str], start: int):
+    return (start + i + 1 for i, line in enumerate(lines) if line.strip())
+
+
+def _check_header(path: Path, header: Any) -> None:
+    if not (isinstance(header, list) and len(header) == 2 and header[0] == FORMAT_NAME):
+        raise TraceFormatError(f"{path}: not an {FORMAT_NAME} file (first line is not the magic)")
+    if header[1] not in READABLE_VERSIONS:
+        raise TraceFormatError(
+            f"{path}: format version {header[1]}, this rlsys reads versions "
+            f"{READABLE_VERSIONS}; upgrade rlsys to read it"
+        )
 
 
 def pack_intervals(values: array.array) -> str:
