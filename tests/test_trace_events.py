@@ -199,3 +199,28 @@ def test_version_1_files_still_load(tmp_path: Path) -> None:
     path.write_text(text.replace('["rlsys-trace",2]', '["rlsys-trace",1]', 1))
     assert path.read_text() != text  # the header was rewritten
     assert Session.load(path) == make_session()
+
+
+def test_files_read_in_chunks_keep_line_numbers_and_torn_tails(tmp_path, monkeypatch) -> None:
+    """The reader parses a chunk of lines per call (long profiles): errors still name the
+    file's line, and a cut anywhere still loads the prefix, whichever chunk it falls in."""
+    from rlsys.trace import events as events_module
+
+    monkeypatch.setattr(events_module, "_PARSE_CHUNK_LINES", 7)
+    session = make_session(n=40)
+    path = session.save(tmp_path / "s.jsonl")
+    lines = path.read_text().splitlines(keepends=True)
+    assert Session.load(path) == session
+    for cut_line in (9, 14, 15, 30):  # in the middle, first and last line of a chunk
+        # Cut after the line's first character, or only its newline missing (a whole record).
+        for keep, whole in ((1, 0), (len(lines[cut_line]) - 1, 1)):
+            path.write_text("".join(lines[:cut_line]) + lines[cut_line][:keep])
+            loaded = Session.load(path)
+            assert not loaded.complete
+            assert loaded.events == session.events[: len(loaded.events)]
+            assert len(loaded.events) == cut_line - 3 + whole  # after magic, process, thread
+    broken = list(lines)
+    broken[11] = "garbage\n"
+    path.write_text("".join(broken))
+    with pytest.raises(TraceFormatError, match=r"s\.jsonl:12: not a JSON line"):
+        Session.load(path)
