@@ -109,3 +109,40 @@ def test_sigterm_during_the_traces_own_write_closes_it_after_that_write(tmp_path
     session = Session.load_dir(tmp_path / "t")
     assert session.complete
     assert [e.name for e in session.events] == ["written-when-signalled"]
+
+
+AT_ONCE = textwrap.dedent(
+    """
+    import multiprocessing, sys, time
+    import rlsys
+
+    def child():
+        with rlsys.operation("child-op"):
+            time.sleep(30)
+
+    if __name__ == "__main__":
+        children = [multiprocessing.get_context(sys.argv[1]).Process(target=child)
+                    for _ in range(3)]
+        for process in children:
+            process.start()
+        for process in children:  # at once: some are still between fork and their setup
+            process.terminate()
+        for process in children:
+            process.join(20)
+        print(*[process.exitcode for process in children])
+    """
+)
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_children_terminated_as_they_start_leave_the_parent_alone(tmp_path, method) -> None:
+    """A child signalled before its own setup ran its parent's handler and woke the parent's
+    watcher through the pipe they shared: the parent died of the child's SIGTERM."""
+    script = tmp_path / "at_once.py"
+    script.write_text(AT_ONCE)
+    result = subprocess.run([sys.executable, str(script), method],
+                            env=child_environment(tmp_path / "t"), capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["-15", "-15", "-15"]
+    assert Session.load_dir(tmp_path / "t").complete

@@ -458,8 +458,7 @@ def _close_at_multiprocessing_exit(recorder: Recorder) -> None:
 def _after_fork_in_child() -> None:
     if _Active.recorder is not None:
         _Active.recorder = _Active.recorder.restart_in_child()
-        termination.forget_after_fork()
-        termination.close_on_sigterm(_close_at_sigterm)
+    termination.after_fork_in_child(_close_at_sigterm if _Active.recorder else None)
 
 
 def _close_at_exit() -> None:
@@ -479,6 +478,10 @@ def _start_from_environment() -> None:
         termination.close_on_sigterm(_close_at_sigterm)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=termination.before_fork,
+    after_in_parent=termination.after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 atexit.register(_close_at_exit)
 _start_from_environment()

@@ -38,6 +38,7 @@ _STOP = b"\0"  # no signal has number 0
 class _Installed:
     def __init__(self, close: Callable[[], bool]) -> None:
         self.close = close
+        self.pid = os.getpid()
         self.handler_done = threading.Event()
         self.handling = False
         self.deferred = False
@@ -46,6 +47,8 @@ class _Installed:
         self.watcher = threading.Thread(target=self._watch, name="rlsys-sigterm", daemon=True)
 
     def on_sigterm(self, signum: int, frame: object) -> None:
+        if os.getpid() != self.pid:  # a forked child's copy: the recording is not its own
+            self.die()
         if self.handling:  # signalled again while closing (the watcher's wake-up, say)
             return
         self.handling = True
@@ -86,35 +89,61 @@ class _Installed:
     def _handler_is_ours(self) -> bool:
         return signal.getsignal(signal.SIGTERM) == self.on_sigterm
 
+    def stop_watcher(self) -> None:
+        """End the watcher thread (it closes the read end)."""
+        with contextlib.suppress(OSError):
+            os.write(self.write_fd, _STOP)
+        os.close(self.write_fd)
+
+    def drop(self) -> None:
+        """Close both ends without signalling: a forked child's copy, or one never started."""
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
 
 _installed: _Installed | None = None
+_mask_before_fork: set[signal.Signals] | None = None
 
 
 def close_on_sigterm(close: Callable[[], bool]) -> None:
     """Run `close` when SIGTERM ends this process (see the module docstring for when).
 
     `close` returns False if the signal interrupted the very write it would do; the writer
-    then calls `run_deferred` once done.
+    then calls `run_deferred` once done. Installing again replaces the handler at once (no
+    moment with the default action, which would drop a SIGTERM already received).
     """
+    previous = _install(close)
+    if previous is not None:
+        previous.stop_watcher()
+
+
+def _install(close: Callable[[], bool], forked_child: bool = False) -> _Installed | None:
+    """`close_on_sigterm` less ending the previous watcher; returns the one replaced.
+
+    In a `forked_child`, a wakeup fd it inherited is the parent's (the forkserver's, say),
+    of no use here: it is taken over."""
     global _installed
-    uninstall()
+    previous = _installed
     if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        return
+        return None
+    ours = (signal.SIG_DFL, previous.on_sigterm if previous else signal.SIG_DFL)
+    if signal.getsignal(signal.SIGTERM) not in ours:
+        return None
     installed = _Installed(close)
     try:
         previous_fd = signal.set_wakeup_fd(installed.write_fd, warn_on_full_buffer=False)
     except ValueError:  # not the main interpreter
-        previous_fd = -1
-    if previous_fd != -1:  # someone else's (asyncio, say): leave theirs
-        signal.set_wakeup_fd(previous_fd)
-        os.close(installed.read_fd)
-        os.close(installed.write_fd)
-        return
+        previous_fd = None
+    theirs = previous_fd not in (-1, previous and previous.write_fd) and not forked_child
+    if previous_fd is None or theirs:
+        if previous_fd is not None:  # someone else's (asyncio, say): leave theirs
+            signal.set_wakeup_fd(previous_fd)
+        installed.drop()
+        return None
     signal.signal(signal.SIGTERM, installed.on_sigterm)
     installed.watcher.start()
     _installed = installed
+    return previous
 
 
 def run_deferred() -> None:
@@ -137,21 +166,40 @@ def uninstall() -> None:
         previous_fd = signal.set_wakeup_fd(-1)
         if previous_fd not in (installed.write_fd, -1):  # someone else's since: keep it
             signal.set_wakeup_fd(previous_fd)
-    with contextlib.suppress(OSError):
-        os.write(installed.write_fd, _STOP)
-    os.close(installed.write_fd)
+    installed.stop_watcher()
 
 
-def forget_after_fork() -> None:
-    """In a forked child: the parent's watcher thread does not exist here, and its pipe is
-    shared with the parent, so drop both without signalling (the caller installs anew)."""
+def before_fork() -> None:
+    """Block SIGTERM in the forking thread until the child has its own handler and pipe.
+
+    A child inherits the parent's handler and wakeup pipe: a SIGTERM it received before
+    `after_fork_in_child` would write into the parent's pipe (whose watcher would then
+    signal the parent) and could run the parent's handler. Blocked, it waits in the kernel
+    and arrives once the child is set up.
+    """
+    global _mask_before_fork
+    if _installed is not None:
+        _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def after_fork_in_parent() -> None:
+    global _mask_before_fork
+    if _mask_before_fork is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
+        _mask_before_fork = None
+
+
+def after_fork_in_child(close: Callable[[], bool] | None) -> None:
+    """In a forked child: forget the parent's watcher (its thread does not exist here; its
+    pipe is the parent's), install anew if `close` is given, then let SIGTERM in."""
     global _installed
-    installed, _installed = _installed, None
-    if installed is None:
-        return
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(-1)
-    if signal.getsignal(signal.SIGTERM) == installed.on_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.close(installed.read_fd)
-    os.close(installed.write_fd)
+    parents = _installed
+    if parents is not None:
+        # _install swaps the handler in place; if it installs nothing, back to the default.
+        if close is None or _install(close, forked_child=True) is None:
+            _installed = None
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            with contextlib.suppress(ValueError):
+                signal.set_wakeup_fd(-1)
+        parents.drop()
+    after_fork_in_parent()  # the same restoration of the forking thread's mask
