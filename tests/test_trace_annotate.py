@@ -211,3 +211,24 @@ def test_a_script_recording_itself_runs_unchanged_under_the_profiler(tmp_path: P
     session = Session.load_dir(profile_dir)
     assert {e.name for e in session.events} >= {"before-stop", "after-stop"}
     assert session.complete
+
+
+def test_annotations_open_at_close_are_recorded_as_unfinished(tmp_path: Path) -> None:
+    ticks = itertools.count(start=1000, step=10)
+    rlsys.start_recording(tmp_path, clock=lambda: next(ticks))
+    outer = rlsys.phase("training")
+    outer.__enter__()  # 1010
+    with rlsys.operation("done"):  # 1020 .. 1030
+        pass
+    inner = rlsys.operation("open")
+    inner.__enter__()  # 1040
+    rlsys.stop_recording()  # both end at 1050
+    inner.__exit__(None, None, None)  # after the close: nothing more is written
+    outer.__exit__(None, None, None)
+    events = {e.name: e for e in Session.load_dir(tmp_path).events}
+    done = events["done"]
+    assert (done.start_ns, done.end_ns, done.attrs) == (1020, 1030, None)
+    assert (events["open"].start_ns, events["open"].end_ns) == (1040, 1050)
+    assert events["open"].attrs == {"unfinished": True}
+    assert events["open"].region == "training"
+    assert events["training"].attrs == {"kind": "phase", "unfinished": True}

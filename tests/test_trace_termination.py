@@ -21,7 +21,8 @@ SCRIPT = textwrap.dedent(
     def sleep_in_python():
         with rlsys.operation("child-op"):
             pass
-        time.sleep(60)
+        with rlsys.operation("sleeping"):
+            time.sleep(60)
 
     def stuck_in_c():
         # A default mutex locked twice by one thread: no signal interrupts the second lock,
@@ -66,7 +67,9 @@ def test_a_terminated_child_closes_its_trace_and_dies_of_sigterm(tmp_path, metho
     assert exitcode == -15
     session = Session.load_dir(tmp_path / "t")
     assert session.complete
-    assert [e.name for e in session.events if e.pid == pid] == ["child-op"]
+    child_events = [e for e in session.events if e.pid == pid]
+    assert [e.name for e in child_events] == ["child-op", "sleeping"]
+    assert child_events[1].attrs == {"unfinished": True}  # open when the signal came
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])

@@ -14,6 +14,9 @@ becomes an `Event` of category OPERATION; a phase is an operation with `attrs={"
 "phase"}`, and operations inside a phase carry its name as their `region`. Annotations nest
 like a stack per thread; closing one that is not the innermost open one raises
 `AnnotationNestingError` (only while recording: the disabled path checks nothing, by design).
+Annotations still open when the recorder closes (the process exits or is terminated inside
+one, a daemon thread is inside one at exit) are recorded as ending then, with
+`attrs["unfinished"] = True`.
 
 Processes: the recorder writes `<dir>/<pid>.jsonl`. A forked child starts its own file (its
 parent's buffered events stay with the parent); a spawned child that imports rlsys starts
@@ -91,6 +94,7 @@ class Recorder:
         self._write_lock = threading.Lock()
         self._writing_thread: int | None = None  # holder of _write_lock, see close_at_signal
         self._local = threading.local()
+        self._states: list[_ThreadState] = []  # every thread's, for the spans open at close
 
     @property
     def path(self) -> Path:
@@ -104,6 +108,7 @@ class Recorder:
             state = _ThreadState(threading.get_native_id())
             self._local.state = state
             with self._writing():
+                self._states.append(state)
                 self.writer.write_thread(self.pid, state.tid, thread.name)
             return state
 
@@ -163,6 +168,7 @@ class Recorder:
     def close(self) -> None:
         """Write what is pending and the file's end; idempotent."""
         with self._writing():
+            self._end_open_spans()
             self._write_pending()
             self.writer.close()
 
@@ -175,6 +181,7 @@ class Recorder:
             return False
         if self._write_lock.acquire(timeout=termination.LOCK_TIMEOUT_S):
             try:
+                self._end_open_spans()
                 self._write_pending()
                 self.writer.close()
             finally:
@@ -190,6 +197,18 @@ class Recorder:
             finally:
                 self._writing_thread = None
         termination.run_deferred()
+
+    def _end_open_spans(self) -> None:
+        """Record the annotations still open (a process ended inside one, a daemon thread at
+        exit) as ending now, marked `unfinished`, rather than dropping them."""
+        if self.writer.closed:
+            return
+        now = self.clock()
+        for state in self._states:
+            for span in list(state.stack):
+                attrs = {**(span.attrs or {}), "unfinished": True}
+                self._pending.append((span.name, _OPERATION, span.start_ns, now, state.tid,
+                                      span.region, attrs, "cpu"))  # fmt: skip
 
     def _write_pending(self) -> None:
         lines = []

@@ -202,6 +202,10 @@ class SessionWriter:
     def write_thread(self, pid: int, tid: int, name: str) -> None:
         self._write([["thread", pid, tid, name]])
 
+    @property
+    def closed(self) -> bool:
+        return self._file is None
+
     def close(self) -> None:
         if self._file is not None:
             self._write([["end", {"events": self._events_written}]])
