@@ -92,7 +92,6 @@ class Recorder:
         self._pending: collections.deque[tuple] = collections.deque()
         self._buffers: list[_IntervalBuffer] = []  # see `interval_buffer`
         self._write_lock = threading.Lock()
-        self._writing_thread: int | None = None  # holder of _write_lock, see close_at_signal
         self._local = threading.local()
         self._states: list[_ThreadState] = []  # every thread's, for the spans open at close
 
@@ -174,10 +173,11 @@ class Recorder:
 
     def close_at_signal(self) -> bool:
         """`close` from a signal handler. Returns False, having done nothing, when the handler
-        interrupted this thread's own write (waiting for it would wait forever): the write
-        then runs `termination.run_deferred` when done. Gives up (True, file not closed)
-        after `termination.LOCK_TIMEOUT_S` if another thread holds the write lock."""
-        if self._writing_thread == threading.get_ident():
+        interrupted this thread's own write, or its wait to write (waiting for it would wait
+        forever): the write then runs `termination.run_deferred` when done. Gives up (True,
+        file not closed) after `termination.LOCK_TIMEOUT_S` if another thread holds the
+        write lock."""
+        if getattr(self._local, "writing", False):
             return False
         if self._write_lock.acquire(timeout=termination.LOCK_TIMEOUT_S):
             try:
@@ -190,12 +190,15 @@ class Recorder:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
-        with self._write_lock:
-            self._writing_thread = threading.get_ident()
-            try:
+        # Marked before the lock is taken and unmarked after its release: a SIGTERM handler
+        # that interrupts this thread anywhere in between must not wait for the lock.
+        local = self._local
+        local.writing = True
+        try:
+            with self._write_lock:
                 yield
-            finally:
-                self._writing_thread = None
+        finally:
+            local.writing = False
         termination.run_deferred()
 
     def _end_open_spans(self) -> None:
@@ -206,11 +209,18 @@ class Recorder:
         now = self.clock()
         for state in self._states:
             for span in list(state.stack):
+                if not hasattr(span, "start_ns"):  # the signal came inside its __enter__
+                    continue
                 attrs = {**(span.attrs or {}), "unfinished": True}
                 self._pending.append((span.name, _OPERATION, span.start_ns, now, state.tid,
                                       span.region, attrs, "cpu"))  # fmt: skip
 
     def _write_pending(self) -> None:
+        if self.writer.closed:  # other threads' events after a close (at exit, say): dropped
+            self._pending.clear()
+            for buffer in self._buffers:
+                buffer.drain_into([])
+            return
         lines = []
         while self._pending:
             lines.append(_event_line(self.pid, self._pending.popleft()))

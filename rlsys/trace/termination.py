@@ -10,9 +10,10 @@ SIGTERM as it would have (same exit status).
 A Python handler runs only once the main thread is back in the interpreter. A process stuck
 in C code (a lock that a fork left held, say) would then never die, and `Pool.terminate`,
 which joins its workers, would wait forever. So a watcher thread, woken through the signal
-module's wakeup fd (written by the C-level handler, whatever the main thread does), SIGKILLs
-the process if the handler has not finished `GRACE_S` after the signal: the default's outcome,
-late, without the lost events.
+module's wakeup fd (written by the C-level handler, whatever the main thread does), closes the
+recording itself and SIGKILLs the process if the handler has not finished `GRACE_S` after the
+signal: the default's outcome, late (exit status -9), without the lost events. It needs the
+GIL: C code that holds it delays the end until it returns, as it would a Python handler.
 
 Installed only from the main thread, where SIGTERM has its default action and no one else
 uses the wakeup fd; a handler the program installs later replaces this one (and the watcher
@@ -82,6 +83,8 @@ class _Installed:
                 if not self.handler_done.wait(WAKE_S) and main_thread is not None:
                     signal.pthread_kill(main_thread, signal.SIGTERM)
                 if not self.handler_done.wait(GRACE_S) and self._handler_is_ours():
+                    with contextlib.suppress(Exception):
+                        self.close()  # the main thread is stuck, perhaps not holding the GIL
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os.close(read_fd)
@@ -102,7 +105,7 @@ class _Installed:
 
 
 _installed: _Installed | None = None
-_mask_before_fork: set[signal.Signals] | None = None
+_fork = threading.local()  # .mask: the forking thread's signal mask before `before_fork`
 
 
 def close_on_sigterm(close: Callable[[], bool]) -> None:
@@ -147,9 +150,12 @@ def _install(close: Callable[[], bool], forked_child: bool = False) -> _Installe
 
 
 def run_deferred() -> None:
-    """The end of a write that a SIGTERM's handler waited for: close, then die."""
+    """The end of a write that a SIGTERM's handler waited for: close, then die. (Only the
+    handler's thread, the main one, defers; other threads' writes end here too.)"""
     installed = _installed
-    if installed is not None and installed.deferred:
+    if installed is None or threading.current_thread() is not threading.main_thread():
+        return
+    if installed.deferred:
         installed.deferred = False
         installed.on_sigterm(signal.SIGTERM, None)
 
@@ -177,16 +183,15 @@ def before_fork() -> None:
     signal the parent) and could run the parent's handler. Blocked, it waits in the kernel
     and arrives once the child is set up.
     """
-    global _mask_before_fork
     if _installed is not None:
-        _mask_before_fork = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _fork.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def after_fork_in_parent() -> None:
-    global _mask_before_fork
-    if _mask_before_fork is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_fork)
-        _mask_before_fork = None
+    mask = getattr(_fork, "mask", None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _fork.mask = None
 
 
 def after_fork_in_child(close: Callable[[], bool] | None) -> None:
