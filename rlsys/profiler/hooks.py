@@ -67,7 +67,7 @@ from typing import Any
 
 from rlsys.profiler import sources as _sources
 from rlsys.profiler.collectors import jax_backend, torch_backend
-from rlsys.trace import Category, Recorder, active_recorder, operation
+from rlsys.trace import Category, active_recorder, operation
 from rlsys.trace.annotate import _Active
 
 SIMULATION = "simulation"
@@ -161,33 +161,19 @@ def _call_in(
                 return function(*args, **kwargs)
             finally:
                 end = clock()
-                _, times, limit = _interval_sink(recorder, category)
+                # Packed, one line per flush: an environment stepped as fast as it goes
+                # records tens of thousands of intervals a second.
+                times = recorder.thread_intervals(category, (category,))
                 times.append(0)  # the code of the interval's name, `category`
                 times.append(start)
                 times.append(end)
-                if len(times) >= limit:
+                if len(times) >= 3 * recorder.flush_every:
                     recorder.flush()
     finally:
         names.discard(name)
 
 
 _NOT_ANNOTATED = contextlib.nullcontext()
-_SINKS = threading.local()
-
-
-def _interval_sink(recorder: Recorder, category: str) -> tuple[Recorder, Any, int]:
-    """This thread's packed-interval buffer of `category` (written as one line per flush: an
-    environment stepped as fast as it goes records tens of thousands of intervals a second),
-    bound anew for a new recorder (a forked child's)."""
-    sinks = getattr(_SINKS, "by_category", None)
-    if sinks is None:
-        sinks = _SINKS.by_category = {}
-    sink = sinks.get(category)
-    if sink is None or sink[0] is not recorder:
-        tid = recorder.thread_state().tid
-        buffer = recorder.interval_buffer(category, tid, [category])
-        sink = sinks[category] = (recorder, buffer, 3 * recorder.flush_every)
-    return sink
 
 
 def outermost(

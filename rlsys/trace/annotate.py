@@ -156,6 +156,18 @@ class Recorder:
             self._buffers.append(buffer)
         return buffer.times
 
+    def thread_intervals(self, category: str, names: Sequence[str]) -> array.array:
+        """This thread's `interval_buffer` of `category`, made at its first use (the caller
+        flushes once it holds `flush_every` intervals)."""
+        buffers = getattr(self._local, "intervals", None)
+        if buffers is None:
+            buffers = self._local.intervals = {}
+        times = buffers.get(category)
+        if times is None:
+            tid = self.thread_state().tid
+            times = buffers[category] = self.interval_buffer(category, tid, names)
+        return times
+
     def instant(self, name: str, attrs: dict[str, Any] | None = None) -> None:
         now = self.clock()
         self.emit_raw(name, _OPERATION, now, now, self.thread_state().tid, None, attrs)
@@ -167,9 +179,7 @@ class Recorder:
     def close(self) -> None:
         """Write what is pending and the file's end; idempotent."""
         with self._writing():
-            self._end_open_spans()
-            self._write_pending()
-            self.writer.close()
+            self._finish()
 
     def close_at_signal(self) -> bool:
         """`close` from a signal handler. Returns False, having done nothing, when the handler
@@ -181,12 +191,15 @@ class Recorder:
             return False
         if self._write_lock.acquire(timeout=termination.LOCK_TIMEOUT_S):
             try:
-                self._end_open_spans()
-                self._write_pending()
-                self.writer.close()
+                self._finish()
             finally:
                 self._write_lock.release()
         return True
+
+    def _finish(self) -> None:
+        self._end_open_spans()
+        self._write_pending()
+        self.writer.close()
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -480,8 +493,7 @@ def _close_when_multiprocessing_child_exits(recorder: Recorder) -> None:
 
 def _close_at_multiprocessing_exit(recorder: Recorder) -> None:
     sys.modules["multiprocessing.util"].Finalize(None, recorder.close, exitpriority=0)
-    # The forkserver's child clears the signal wakeup fd after the fork: install anew.
-    termination.close_on_sigterm(_close_at_sigterm)
+    termination.reclaim_wakeup_fd()  # the forkserver's child cleared it after the fork
 
 
 def _after_fork_in_child() -> None:

@@ -112,9 +112,13 @@ class Event:
         ]  # fmt: skip
 
     @classmethod
-    def from_record(cls, record: list[Any]) -> Event:
+    def from_record(cls, record: list[Any], strings: dict[str, str] | None = None) -> Event:
+        """The event of a `to_record` list; names and devices taken from `strings` where
+        equal ones are there (and added), so that a long trace's events share them."""
         _, name, category, start, end, pid, tid, device, region, attrs = record
-        return cls(name, Category(category), start, end, pid, tid, device, region, attrs)
+        if strings is not None:
+            name, device = strings.setdefault(name, name), strings.setdefault(device, device)
+        return cls(name, _category(category), start, end, pid, tid, device, region, attrs)
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -361,11 +365,7 @@ class _SessionReader:
         try:
             tag = record[0]
             if tag == "event":
-                _, name, kind, start, end, pid, tid, device, region, attrs = record
-                shared = self._strings.setdefault
-                name, device = shared(name, name), shared(device, device)
-                event = Event(name, _category(kind), start, end, pid, tid, device, region, attrs)
-                self.events.append(event)
+                self.events.append(Event.from_record(record, self._strings))
             elif tag == "intervals":
                 self.events.extend(_unpack_intervals(record))
             elif tag == "thread":

@@ -149,6 +149,16 @@ def _install(close: Callable[[], bool], forked_child: bool = False) -> _Installe
     return previous
 
 
+def reclaim_wakeup_fd() -> None:
+    """Point the signal wakeup fd at the watcher again where it was cleared since."""
+    installed = _installed
+    if installed is None or threading.current_thread() is not threading.main_thread():
+        return
+    previous_fd = signal.set_wakeup_fd(installed.write_fd, warn_on_full_buffer=False)
+    if previous_fd not in (-1, installed.write_fd):  # someone else's since: leave theirs
+        signal.set_wakeup_fd(previous_fd)
+
+
 def run_deferred() -> None:
     """The end of a write that a SIGTERM's handler waited for: close, then die. (Only the
     handler's thread, the main one, defers; other threads' writes end here too.)"""

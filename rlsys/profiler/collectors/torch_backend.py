@@ -189,8 +189,7 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
 def _bind(recorder: Any) -> tuple[Any, Callable[[], int], Any, int]:
     """This thread's sink for `recorder`: a new thread, or a new recorder (the first one,
     or a forked child's)."""
-    tid = recorder.thread_state().tid
-    buffer = recorder.interval_buffer(BACKEND, tid, _NAMES)
+    buffer = recorder.thread_intervals(BACKEND, _NAMES)
     sink = (recorder, recorder.clock, buffer, 3 * recorder.flush_every)
     _SINKS[get_ident()] = sink
     return sink
