@@ -5,6 +5,7 @@ Every timeline here is hand-made from integer-ns `Event`s, so every expected tim
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 
@@ -21,8 +22,10 @@ from rlsys.profiler import (
     breakdown,
     overlap,
     resolve,
+    sweep,
     union_length,
 )
+from rlsys.profiler.overlap import totals
 from rlsys.trace import Category, Event, ProcessInfo, Session
 
 C = Category
@@ -92,6 +95,38 @@ def test_overlap_matches_unit_steps_and_sums_to_the_union(intervals) -> None:
     union = {t for ivs in intervals.values() for s, e in ivs for t in range(s, e)}
     assert sum(result.values()) == len(union)
     assert union_length(iv for ivs in intervals.values() for iv in ivs) == len(union)
+
+
+def unit_stretches(intervals: dict) -> list[tuple[int, int, frozenset]]:
+    """Runs of one non-empty label set, stepping one time unit at a time."""
+    runs: list[list] = []
+    for t in range(0, 40):
+        active = frozenset(k for k, ivs in intervals.items() if any(s <= t < e for s, e in ivs))
+        if runs and runs[-1][1] == t and runs[-1][2] == active:
+            runs[-1][1] = t + 1
+        elif active:
+            runs.append([t, t + 1, active])
+    return [(start, end, active) for start, end, active in runs]
+
+
+# More labels than one 63-bit word of the vectorized sweep holds.
+many_labels = st.dictionaries(
+    st.integers(0, 199), st.lists(span, max_size=2), min_size=64, max_size=140
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(labelled, many_labels))
+def test_sweep_stretches_and_adjacent_sets_match_unit_steps(intervals) -> None:
+    expected = unit_stretches(intervals)
+    assert list(sweep(intervals)) == expected
+    adjacent = Counter(
+        (before[2], after[2])
+        for before, after in itertools.pairwise(expected)
+        if before[1] == after[0]
+    )
+    assert totals(intervals).adjacent == dict(adjacent)
+    assert totals(intervals).time == brute_force(intervals)
 
 
 def test_overlap_merges_one_label_and_rejects_backward_intervals() -> None:

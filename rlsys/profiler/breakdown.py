@@ -1,6 +1,6 @@
 """Attribute a session's time to (process, operation, CPU category, resource), after RL-Scope.
 
-Per process, one sweep (`rlsys.profiler.overlap.sweep`) over labelled intervals cuts the
+Per process, one sweep (`rlsys.profiler.overlap.totals`) over labelled intervals cuts the
 traced span (first to last event of the process) into stretches in which nothing changes.
 Each stretch of length d is then attributed by these rules:
 
@@ -34,11 +34,12 @@ phases get their own totals.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 
-from rlsys.profiler.overlap import Interval, sweep, union_length
+import numpy as np
+
+from rlsys.profiler.overlap import Interval, Totals, totals, union_length
 from rlsys.profiler.result import NO_OPERATION, Breakdown, ProcessBreakdown, Times, sum_times
 from rlsys.trace import Category, Event, ProcessInfo, Session
 
@@ -109,8 +110,8 @@ def breakdown(session: Session) -> Breakdown:
     return Breakdown.combine(processes, complete=session.complete)
 
 
-def _on_device(event: Event) -> bool:
-    return event.category is Category.GPU_KERNEL or event.device != "cpu"
+_CATEGORIES: tuple[Category, ...] = tuple(Category)
+_CODES = {category: code for code, category in enumerate(_CATEGORIES)}
 
 
 def _is_phase(event: Event) -> bool:
@@ -119,91 +120,132 @@ def _is_phase(event: Event) -> bool:
     return event.attrs.get("kind") == "phase"
 
 
-def _owns_time(event: Event) -> bool:
-    timed = event.category is Category.OPERATION and event.end_ns > event.start_ns
-    return timed and not _is_phase(event)
+class _Columns:
+    """One process's events as arrays (index i is `events[i]`), so that the work per event
+    runs in NumPy: a long recording has millions of events."""
+
+    def __init__(self, events: list[Event]) -> None:
+        n = len(events)
+        self.start = np.fromiter((e.start_ns for e in events), np.int64, n)
+        self.end = np.fromiter((e.end_ns for e in events), np.int64, n)
+        self.category = np.fromiter((_CODES[e.category] for e in events), np.int8, n)
+        on_device = (e.category is Category.GPU_KERNEL or e.device != "cpu" for e in events)
+        self.on_device = np.fromiter(on_device, bool, n)
+        operation = np.flatnonzero(self.category == _CODES[Category.OPERATION])
+        phase_indices = [i for i in operation.tolist() if _is_phase(events[i])]
+        self.phases = [events[i] for i in phase_indices]
+        phase = np.zeros(n, bool)
+        phase[phase_indices] = True
+        self.owns_time = self.is_(Category.OPERATION) & (self.end > self.start) & ~phase
+        """Operations with a duration that are not phases: they own time (module docstring)."""
+        host = np.flatnonzero(~self.on_device)
+        tids = np.fromiter((events[i].tid for i in host.tolist()), np.int64, len(host))
+        order = np.argsort(tids, kind="stable")
+        tids, host = tids[order], host[order]
+        cuts = np.flatnonzero(tids[1:] != tids[:-1]) + 1
+        self.threads: dict[int, np.ndarray] = {
+            int(group_tids[0]): group
+            for group_tids, group in zip(np.split(tids, cuts), np.split(host, cuts), strict=True)
+            if len(group)
+        }
+        """Each thread's events (indices, in event order); device events belong to none."""
+
+    def is_(self, category: Category) -> np.ndarray:
+        return self.category == _CODES[category]
+
+    def intervals(self, where: np.ndarray) -> np.ndarray:
+        """The (start, end) rows of the events at indices or mask `where`."""
+        return np.stack([self.start[where], self.end[where]], axis=1)
 
 
 def _process(pid: int, events: list[Event], info: ProcessInfo | None) -> ProcessBreakdown:
-    threads: dict[int, list[Event]] = {}
-    for event in events:
-        if not _on_device(event):
-            threads.setdefault(event.tid, []).append(event)
-    main = _main_thread(pid, threads)
-    native = {tid for tid, evs in threads.items()
-              if tid != main and all(e.category is Category.CUDA_API for e in evs)}  # fmt: skip
-    lines = {tid: _OperationTimeline(pid, tid, evs) for tid, evs in threads.items()}
+    columns = _Columns(events)
+    threads = columns.threads
+    main = _main_thread(pid, columns)
+    cuda_api = columns.is_(Category.CUDA_API)
+    native = {tid for tid, idx in threads.items() if tid != main and cuda_api[idx].all()}
+    names: dict[str, int] = {}
+    lines = {
+        tid: _OperationTimeline(pid, tid, [events[i] for i in idx[columns.owns_time[idx]]], names)
+        for tid, idx in threads.items()
+    }
     acc = _Accumulator(main)
-    for start, end, active in sweep(_labelled(events, threads, lines, native)):
-        acc.add(start, end, active)
-    acc.finish()
-    acc.count_events(events, lines)
+    acc.attribute(totals(_labelled(columns, lines, native)))
+    acc.count_events(columns, lines, list(names))
     return ProcessBreakdown(
         pid=pid,
         parent_pid=info.parent_pid if info else None,
         command=info.command if info else None,
-        start_ns=min(e.start_ns for e in events),
-        end_ns=max(e.end_ns for e in events),
+        start_ns=int(columns.start.min()),
+        end_ns=int(columns.end.max()),
         main_tid=main,
         threads=tuple(sorted(threads)),
         operations=acc.operations,
-        phases=_phases(events),
+        phases=_phases(columns.phases),
         total=sum_times(acc.operations.values()),
     )
 
 
-def _main_thread(pid: int, threads: dict[int, list[Event]]) -> int | None:
+def _main_thread(pid: int, columns: _Columns) -> int | None:
     """tid == pid (the main thread's native id on Linux), else the earliest thread to start."""
+    threads = columns.threads
     if not threads:
         return None
     if pid in threads:
         return pid
-    return min(threads, key=lambda tid: (min(e.start_ns for e in threads[tid]), tid))
-
-
-def _span(events: Iterable[Event]) -> Interval:
-    events = list(events)
-    return min(e.start_ns for e in events), max(e.end_ns for e in events)
+    return min(threads, key=lambda tid: (int(columns.start[threads[tid]].min()), tid))
 
 
 def _labelled(
-    events: list[Event],
-    threads: dict[int, list[Event]],
-    lines: dict[int, _OperationTimeline],
-    native: set[int],
-) -> dict[tuple, list[Interval]]:
+    columns: _Columns, lines: dict[int, _OperationTimeline], native: set[int]
+) -> dict[tuple, list[Interval] | np.ndarray]:
     """The sweep's input: ("process",), ("span", tid), ("cpu", tid, category), ("op", tid,
     name) for the innermost-operation pieces, and ("gpu",)."""
-    labelled: dict[tuple, list[Interval]] = {("process",): [_span(events)]}
-    for tid, thread_events in threads.items():
+    start, end = columns.start, columns.end
+    labelled: dict[tuple, list[Interval] | np.ndarray] = {
+        ("process",): [(int(start.min()), int(end.max()))]
+    }
+    for tid, idx in columns.threads.items():
         if tid in native:
-            labelled[("span", tid)] = [(e.start_ns, e.end_ns) for e in thread_events]
+            labelled[("span", tid)] = columns.intervals(idx)
         else:
-            labelled[("span", tid)] = [_span(thread_events)]
-        for e in thread_events:
-            if e.category in CPU_PRECEDENCE:
-                labelled.setdefault(("cpu", tid, e.category), []).append((e.start_ns, e.end_ns))
-        for start, end, name in lines[tid].pieces:
-            labelled.setdefault(("op", tid, name), []).append((start, end))
-    labelled[("gpu",)] = [(e.start_ns, e.end_ns) for e in events if _on_device(e)]
+            labelled[("span", tid)] = [(int(start[idx].min()), int(end[idx].max()))]
+        for category in CPU_PRECEDENCE:
+            of_category = idx[columns.category[idx] == _CODES[category]]
+            if len(of_category):
+                labelled[("cpu", tid, category)] = columns.intervals(of_category)
+        for piece_start, piece_end, name in lines[tid].pieces:
+            labelled.setdefault(("op", tid, name), []).append((piece_start, piece_end))
+    labelled[("gpu",)] = columns.intervals(columns.on_device)
     return labelled
 
 
 class _OperationTimeline:
-    """One thread's operations cut into disjoint pieces, each owned by its innermost operation."""
+    """One thread's operations cut into disjoint pieces, each owned by its innermost operation.
 
-    def __init__(self, pid: int, tid: int, events: Iterable[Event]) -> None:
-        ops = sorted((e for e in events if _owns_time(e)), key=lambda e: (e.start_ns, -e.end_ns))
+    `codes` numbers operation names across a process's threads (shared, added to here).
+    """
+
+    def __init__(self, pid: int, tid: int, ops: list[Event], codes: dict[str, int]) -> None:
+        ops = sorted(ops, key=lambda e: (e.start_ns, -e.end_ns))
         self.pieces = _innermost_pieces(ops, pid, tid)
-        self.starts = [start for start, _, _ in self.pieces]
+        self.starts = np.array([start for start, _, _ in self.pieces], dtype=np.int64)
+        self.ends = np.array([end for _, end, _ in self.pieces], dtype=np.int64)
+        self.codes = np.array(
+            [codes.setdefault(name, len(codes)) for _, _, name in self.pieces], dtype=np.int64
+        )
         self.calls = Counter(e.name for e in ops)
 
-    def at(self, time: int) -> str | None:
-        """The innermost operation open at `time` (half-open: not one that ends at `time`)."""
-        i = bisect_right(self.starts, time) - 1
-        if i >= 0 and time < self.pieces[i][1]:
-            return self.pieces[i][2]
-        return None
+    def owners(self, times: np.ndarray) -> np.ndarray:
+        """The code of the innermost operation open at each time, -1 where none is
+        (half-open: not one that ends at that time)."""
+        owners = np.full(len(times), -1, dtype=np.int64)
+        if not len(self.starts):
+            return owners
+        i = np.searchsorted(self.starts, times, side="right") - 1
+        inside = (i >= 0) & (times < self.ends[np.maximum(i, 0)])
+        owners[inside] = self.codes[i[inside]]
+        return owners
 
 
 def _innermost_pieces(ops: list[Event], pid: int, tid: int) -> list[tuple[int, int, str]]:
@@ -248,34 +290,23 @@ def _nesting_error(outer: Event, inner: Event, pid: int, tid: int) -> ProfileErr
 class _Accumulator:
     """Adds the stretches of one process's sweep into per-operation `Times` (module docstring).
 
-    A long recording's sweep has millions of stretches but few distinct label sets, so `add`
-    only sums the time of each set and counts which set directly follows which; `finish`
-    then attributes each set's time, and each such pair's category changes, once.
+    A long recording's sweep has millions of stretches but few distinct label sets, so
+    `attribute` takes each set's total time, and how often one set directly follows another,
+    and attributes each set, and each such pair's category changes, once.
     """
 
     def __init__(self, main_tid: int | None) -> None:
         self.main_tid = main_tid
         self.operations: dict[str, Times] = {}
-        self._ns: dict[frozenset, int] = {}
-        self._adjacent: dict[tuple[frozenset, frozenset], int] = {}
-        self._previous: tuple[int, frozenset] | None = None  # (end, active) of the last stretch
 
     def times(self, name: str) -> Times:
         if name not in self.operations:
             self.operations[name] = Times()
         return self.operations[name]
 
-    def add(self, start: int, end: int, active: frozenset) -> None:
-        self._ns[active] = self._ns.get(active, 0) + end - start
-        previous = self._previous
-        if previous is not None and previous[0] == start:
-            pair = (previous[1], active)
-            self._adjacent[pair] = self._adjacent.get(pair, 0) + 1
-        self._previous = (end, active)
-
-    def finish(self) -> None:
-        plans = {active: self._plan(active) for active in self._ns}
-        for active, ns in self._ns.items():
+    def attribute(self, stretches: Totals) -> None:
+        plans = {active: self._plan(active) for active in stretches.time}
+        for active, ns in stretches.time.items():
             threads, main_op, busy, gpu = plans[active]
             for _, category, name in threads:
                 self.times(name).cpu_ns[category] += ns
@@ -284,7 +315,7 @@ class _Accumulator:
             owner.gpu_ns += ns if gpu else 0
             owner.resource_ns[resource(busy, gpu)] += ns
         # A thread's category changes between two adjacent stretches it is busy in both.
-        for (before, after), count in self._adjacent.items():
+        for (before, after), count in stretches.adjacent.items():
             was = {tid: category for tid, category, _ in plans[before][0]}
             for tid, category, name in plans[after][0]:
                 if was.get(tid, category) != category:
@@ -304,32 +335,34 @@ class _Accumulator:
         busy = any(category not in IDLE_CATEGORIES for _, category, _ in threads)
         return threads, main_op, busy, gpu
 
-    def count_events(self, events: list[Event], lines: dict[int, _OperationTimeline]) -> None:
+    def count_events(
+        self, columns: _Columns, lines: dict[int, _OperationTimeline], names: list[str]
+    ) -> None:
         """Count each event in the operation its thread (else the main thread) is in at its start.
 
         Calls of an operation are its events; instants count in the operation around them.
         `cost_events` count an operation in the one around it (open just before its start).
+        `names[code]` is the operation of a code of `lines`.
         """
+        at_start = columns.start
+        before_own = at_start - columns.owns_time
         main = lines.get(self.main_tid) if self.main_tid is not None else None
-        for e in events:
-            category = str(e.category)
-            owner = self._owner(e, e.start_ns, lines, main)
-            self.times(owner).events[category] += 1
-            if _owns_time(e):
-                owner = self._owner(e, e.start_ns - 1, lines, main)
-            self.times(owner).cost_events[category] += 1
+        for field, times in (("events", at_start), ("cost_events", before_own)):
+            owners = np.full(len(times), -1, dtype=np.int64)
+            for tid, idx in columns.threads.items():
+                owners[idx] = lines[tid].owners(times[idx])
+            if main is not None:
+                missing = np.flatnonzero(owners < 0)
+                owners[missing] = main.owners(times[missing])
+            keys = (owners + 1) * len(_CATEGORIES) + columns.category
+            kinds, counts = np.unique(keys, return_counts=True)
+            for key, count in zip(kinds.tolist(), counts.tolist(), strict=True):
+                owner, category = divmod(key, len(_CATEGORIES))
+                name = (names[owner - 1] if owner else None) or NO_OPERATION
+                getattr(self.times(name), field)[str(_CATEGORIES[category])] += count
         for line in lines.values():
             for name, calls in line.calls.items():
                 self.times(name).calls += calls
-
-    @staticmethod
-    def _owner(
-        e: Event, time: int, lines: dict[int, _OperationTimeline], main: _OperationTimeline | None
-    ) -> str:
-        owner = None if _on_device(e) else lines[e.tid].at(time)
-        if owner is None and main is not None:
-            owner = main.at(time)
-        return owner or NO_OPERATION
 
 
 def _parse(active: frozenset) -> tuple[set[int], dict[int, str], dict[int, set[Category]], bool]:
@@ -350,9 +383,8 @@ def _parse(active: frozenset) -> tuple[set[int], dict[int, str], dict[int, set[C
     return spans, ops, cpu, gpu
 
 
-def _phases(events: list[Event]) -> dict[str, int]:
+def _phases(phases: list[Event]) -> dict[str, int]:
     spans: dict[str, list[Interval]] = {}
-    for e in events:
-        if _is_phase(e):
-            spans.setdefault(e.name, []).append((e.start_ns, e.end_ns))
+    for e in phases:
+        spans.setdefault(e.name, []).append((e.start_ns, e.end_ns))
     return {name: union_length(intervals) for name, intervals in spans.items()}
