@@ -153,8 +153,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+OUT_OF_MEMORY_HINTS = {
+    "train": "lower --num-envs or --num-steps: a rollout holds num_envs x num_steps steps",
+    "eval": "lower --episodes: every episode runs in its own environment, all at once",
+}
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """NumPy's and Python's MemoryError, or XLA's RESOURCE_EXHAUSTED (a JAX runtime error)."""
+    if isinstance(err, MemoryError):
+        return True
+    return type(err).__module__.startswith("jax") and "RESOURCE_EXHAUSTED" in str(err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(argv)
         if args.verb is None:
@@ -169,9 +183,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RecurrenceError as err:  # a program (or its environment) that cannot be built
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except Exception as err:
+        if not _out_of_memory(err):
+            raise
+        why = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"error: out of memory: {why}", file=sys.stderr)
+        hint = OUT_OF_MEMORY_HINTS.get(getattr(args, "verb", None) or "", "make the job smaller")
+        print(f"hint: {hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as err:  # Ctrl-C; `rlsys train` says what it saved
+        print(f"interrupted: {err}" if str(err) else "interrupted", file=sys.stderr)
+        return getattr(err, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def evaluate(config, params: np.ndarray, episodes: int, greedy: bool = True,
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsys.train import ALGORITHMS, _read_toml
+    from rlsys.train import ALGORITHMS, read_config
     from rlsys.training import CHECKPOINT, checkpoint_algo, load_checkpoint
 
     if args.episodes < 1:
@@ -97,12 +97,15 @@ def run(args: argparse.Namespace) -> int:
     if args.max_steps is not None and args.max_steps < 1:
         raise UsageError("--max-steps must be at least 1")
     checkpoint = args.run_dir / CHECKPOINT
+    if not args.run_dir.is_dir():
+        raise UsageError(f"{args.run_dir}: no such folder",
+                         hint="evaluate a folder written by `rlsys train`")  # fmt: skip
     if not checkpoint.exists():
         raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}",
                          hint="evaluate a folder written by `rlsys train`")  # fmt: skip
     algo = checkpoint_algo(checkpoint)
     config_class = ALGORITHMS[algo][0]
-    config = config_class(**_read_toml(args.run_dir / "config.toml", config_class)).validate()
+    config = config_class(**read_config(args.run_dir / "config.toml", config_class)).validate()
     final = final_values(algo, config, load_checkpoint(checkpoint, algo),
                          ("params", "obs_mean", "obs_var"))  # fmt: skip
     # The statistics after the last iteration: those of all observations of training.

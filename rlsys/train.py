@@ -1,10 +1,10 @@
 """`rlsys train ALGO --env ENV`: train a policy and write the results folder.
 
-The folder (`--out`, default runs/train-<timestamp>) holds `config.toml` (the configuration
-as run), `metrics.csv` (one row per iteration), TensorBoard event files of the same metrics,
-`checkpoint.npz` and, written last, `summary.json`; a folder without `summary.json` is from a
-run that did not finish (one that failed before training, on a bad environment say, leaves
-no folder).
+The folder (`--out`, default runs/train-<timestamp>; new or empty) holds `config.toml` (the
+configuration as run, under a comment naming the algorithm), `metrics.csv` (one row per
+iteration), TensorBoard event files of the same metrics, `checkpoint.npz` and, written last,
+`summary.json`; a folder without `summary.json` is from a run that did not finish (one that
+failed before training, on a bad environment say, leaves nothing in it).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from rlsys.errors import UsageError
 DESCRIPTION = (
     "Train a policy with an algorithm written as a recurrent-tensor program. Every field of "
     "the algorithm's configuration is an option (marked [ALGO only] when not all have it); "
-    "--config FILE.toml sets several at once (options given on the command line win)."
+    "--config FILE (.toml, .yaml or .yml) sets several at once (options given on the command "
+    "line win)."
 )
 SKIP = {"seed"}  # already a common option of every verb
 
@@ -44,7 +45,8 @@ def _all_fields() -> dict[str, tuple[dataclasses.Field, str, list[str]]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("algo", metavar="ALGO", help=f"one of: {', '.join(ALGORITHMS)}")
-    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file of options")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML or YAML file of options (e.g. a run's config.toml)")  # fmt: skip
     parser.add_argument("--resume", type=Path, metavar="DIR",
                         help="continue the run in DIR from its checkpoint.npz")  # fmt: skip
     for name, (field, doc, algos) in _all_fields().items():
@@ -68,7 +70,7 @@ def config_from_args(args: argparse.Namespace):
     own = {f.name for f in dataclasses.fields(config_class)}
     values: dict[str, Any] = {}
     if args.config is not None:
-        values.update(_read_toml(args.config, config_class))
+        values.update(read_config(args.config, config_class))
     if getattr(args, "seed", None) is not None:
         values["seed"] = args.seed
     for name in _all_fields():
@@ -83,22 +85,27 @@ def config_from_args(args: argparse.Namespace):
     return config_class(**values).validate()
 
 
-def _read_toml(path: Path, config_class) -> dict[str, Any]:
-    """The options of a TOML file, each checked against its field's type (a float field
-    takes an integer too)."""
+def read_config(path: Path, config_class) -> dict[str, Any]:
+    """The options of a TOML or YAML file (by its suffix), each checked against its field's
+    type (a float field takes an integer too)."""
+    yaml = path.suffix in (".yaml", ".yml")
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        data = _parse_yaml(path.read_text()) if yaml else tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
         raise UsageError(f"cannot read config {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected options as `name: value` lines, not {data!r}")
     fields = {f.name: str(f.type) for f in dataclasses.fields(config_class)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise UsageError(f"{path}: unknown options {', '.join(unknown)}",
+        raise UsageError(f"{path}: unknown options {', '.join(map(str, unknown))}",
                          hint=f"known: {', '.join(sorted(fields))}")  # fmt: skip
     for name, value in data.items():
         kind = fields[name]
         if kind == "float" and type(value) is int:
             data[name] = float(value)
+        elif kind == "float" and yaml and type(value) is str and _is_number(value):
+            data[name] = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         elif type(value).__name__ != kind:
             example = f"{name} = {_toml_value(getattr(config_class, name))}"
             raise UsageError(f"{path}: {name} must be {_A_TYPE[kind]}, not {value!r}",
@@ -106,16 +113,51 @@ def _read_toml(path: Path, config_class) -> dict[str, Any]:
     return data
 
 
+def _parse_yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(" ".join(str(err).split())) from None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 _A_TYPE = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 
 def _toml_value(value: Any) -> str:
-    return json.dumps(value) if not isinstance(value, bool) else str(value).lower()
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # TOML's inf, -inf and nan, which JSON lacks
+    return json.dumps(value)
 
 
-def write_toml(values: dict[str, Any], path: Path) -> None:
-    lines = [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+_HEADER = "# rlsys train {algo}: the configuration of this run (`--config` reads it)"
+
+
+def write_toml(values: dict[str, Any], path: Path, algo: str) -> None:
+    lines = [_HEADER.format(algo=algo), *(f"{k} = {_toml_value(v)}" for k, v in values.items())]
     path.write_text("\n".join(lines) + "\n")
+
+
+def config_algo(path: Path) -> str | None:
+    """The algorithm a run's config.toml names in its first line, if it does."""
+    try:
+        first = path.read_text().split("\n", 1)[0]
+    except (OSError, UnicodeDecodeError):
+        return None
+    prefix, _, _ = _HEADER.partition("{algo}")
+    algo = first.removeprefix(prefix).split(":", 1)[0] if first.startswith(prefix) else None
+    return algo if algo in ALGORITHMS else None
 
 
 def _resumed_config(args: argparse.Namespace):
@@ -126,18 +168,36 @@ def _resumed_config(args: argparse.Namespace):
         raise UsageError(f"{flags}: a resumed run keeps its configuration",
                          hint=f"start a new run: --config {args.resume / 'config.toml'} "
                               "and the options to change")  # fmt: skip
+    if not args.resume.is_dir():
+        raise UsageError(f"--resume {args.resume}: no such folder",
+                         hint="resume a folder written by `rlsys train`")  # fmt: skip
     if not (args.resume / "config.toml").exists():
         raise UsageError(f"{args.resume} holds no config.toml",
                          hint="resume a folder written by `rlsys train`")  # fmt: skip
     from rlsys.training import CHECKPOINT, checkpoint_algo
 
-    if (args.resume / CHECKPOINT).exists():
-        algo = checkpoint_algo(args.resume / CHECKPOINT)
-        if algo != args.algo:
-            raise UsageError(f"{args.resume} is a run of {algo}, not {args.algo}",
-                             hint=f"rlsys train {algo} --resume {args.resume}")  # fmt: skip
+    checkpoint = args.resume / CHECKPOINT
+    if checkpoint.exists():
+        algo = checkpoint_algo(checkpoint)
+    else:  # stopped before its first checkpoint: it starts again from iteration 0
+        algo = config_algo(args.resume / "config.toml")
+    if algo is not None and algo != args.algo:
+        raise UsageError(f"{args.resume} is a run of {algo}, not {args.algo}",
+                         hint=f"rlsys train {algo} --resume {args.resume}")  # fmt: skip
     config_class = ALGORITHMS[args.algo][0]
-    return config_class(**_read_toml(args.resume / "config.toml", config_class)).validate()
+    return config_class(**read_config(args.resume / "config.toml", config_class)).validate()
+
+
+def _check_new_out(out: Path) -> None:
+    """A new run goes into a new or empty folder: its files would mix with others."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    algo = config_algo(out / "config.toml")
+    if algo is not None:
+        raise UsageError(f"--out {out} holds an unfinished run of {algo}",
+                         hint=f"continue it with `rlsys train {algo} --resume {out}`, or "
+                              "pass a new --out DIR")  # fmt: skip
+    raise UsageError(f"--out {out} is not empty", hint="pass a new or empty --out DIR")
 
 
 def _final_return(summary: dict) -> str:
@@ -160,13 +220,15 @@ def run(args: argparse.Namespace) -> int:
     if (out / "summary.json").exists():
         hint = "there is nothing left to run" if args.resume else "pass a new --out DIR"
         raise UsageError(f"{out} already holds a finished run", hint=hint)
+    if args.resume is None:
+        _check_new_out(out)
     from rlsys.cli import compile_cache, make_out_dir
 
     cache = compile_cache(args)
     created = not out.exists()
     make_out_dir(out)
     if args.resume is None:
-        write_toml(dataclasses.asdict(config), out / "config.toml")
+        write_toml(dataclasses.asdict(config), out / "config.toml", args.algo)
     from rlsys.training import train
 
     try:
@@ -174,8 +236,11 @@ def run(args: argparse.Namespace) -> int:
             summary = train(args.algo, config, out, quiet=args.quiet,
                             resume=args.resume is not None)  # fmt: skip
     except BaseException:
-        if created and [p.name for p in out.iterdir()] == ["config.toml"]:
-            shutil.rmtree(out)  # it failed before training: no folder of a run that never ran
+        if args.resume is None and [p.name for p in out.iterdir()] == ["config.toml"]:
+            # It failed before training: no trace of a run that never ran.
+            (out / "config.toml").unlink()
+            if created:
+                out.rmdir()
         raise
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(

@@ -11,11 +11,16 @@ lives outside the program: a resumed run starts those environments afresh.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import math
 import os
+import signal
+import threading
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ import rlsys
 from rlsys.algos import ALGORITHMS
 from rlsys.algos.config import SEGMENTED
 from rlsys.compiler import use_cpu_devices
+from rlsys.compiler.errors import UnsplittableError
 from rlsys.compiler.lower.jax_program import LoopState
 from rlsys.errors import UsageError
 from rlsys.scalar_log import ScalarLog
@@ -48,17 +54,26 @@ def save_checkpoint(path: Path, algo: str, state: LoopState) -> None:
 UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 
 
+def _unreadable(path: Path, err: BaseException) -> UsageError:
+    why = str(err)
+    if "pickle" in why:  # NumPy's advice to load it unsafely; rlsys never unpickles a file
+        why = "it is not an npz archive of arrays"
+    return UsageError(f"cannot read checkpoint {path}: {why}",
+                      hint="resume a folder written by `rlsys train`")  # fmt: skip
+
+
 def load_checkpoint(path: Path, algo: str) -> LoopState:
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             carry = {k.removeprefix("carry_"): data[k] for k in data.files if k != "meta"}
     except UNREADABLE as err:
-        hint = "resume from a folder written by `rlsys train`"
-        raise UsageError(f"cannot read checkpoint {path}: {err}", hint=hint) from None
+        raise _unreadable(path, err) from None
     if meta.get("format") != FORMAT or meta.get("algo") != algo:
         raise UsageError(f"{path} is not a checkpoint of {algo} (it says {meta.get('algo')!r})")
-    return LoopState(int(meta["iterations"]), carry)
+    if type(meta.get("iterations")) is not int:
+        raise UsageError(f"{path}: its iteration count {meta.get('iterations')!r} is not one")
+    return LoopState(meta["iterations"], carry)
 
 
 def checkpoint_algo(path: Path) -> str:
@@ -67,10 +82,40 @@ def checkpoint_algo(path: Path) -> str:
         with np.load(path, allow_pickle=False) as data:
             algo = json.loads(str(data["meta"])).get("algo")
     except UNREADABLE as err:
-        raise UsageError(f"cannot read checkpoint {path}: {err}") from None
+        raise _unreadable(path, err) from None
     if algo not in ALGORITHMS:
         raise UsageError(f"{path}: unknown algorithm {algo!r} in the checkpoint")
     return algo
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT (Ctrl-C) or SIGTERM; the message says what was saved."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Terminated(KeyboardInterrupt):
+    exit_code = 128 + signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _terminate_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM (`kill`, a scheduler's stop) ends training as Ctrl-C does: with a checkpoint
+    of the iterations done. Only the main thread can set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _kept_rows(path: Path, before: int) -> list[list[str]]:
@@ -79,7 +124,9 @@ def _kept_rows(path: Path, before: int) -> list[list[str]]:
         return []
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))[1:]
-    return [row for row in rows if row and int(row[0]) < before]
+    # A process killed mid-write leaves a torn last row: whole rows only.
+    whole = [row for row in rows if len(row) == len(COLUMNS) and row[0].isdigit()]
+    return [row for row in whole if int(row[0]) < before]
 
 
 def _devices(config: Any) -> int | str:
@@ -98,28 +145,41 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     """Build, compile and run `algo` with `config`, writing metrics.csv and checkpoints
     into `out`; with `resume`, continue from `out/checkpoint.npz`."""
     started = time.perf_counter()
-    state = load_checkpoint(out / CHECKPOINT, algo) if resume else None
+    # A run stopped before its first checkpoint starts again from iteration 0.
+    state = (
+        load_checkpoint(out / CHECKPOINT, algo) if resume and (out / CHECKPOINT).exists() else None
+    )
     with rlsys.phase("compile"):
         devices = _devices(config)  # before building: an environment may run JAX
         built = ALGORITHMS[algo][1](config)
-        executable = built.program.compile(
-            bounds=built.bounds,
-            iterations_per_call=config.iterations_per_call,
-            segmented=SEGMENTED[config.segmented],
-            devices=devices,
-        )
+        try:
+            executable = built.program.compile(
+                bounds=built.bounds,
+                iterations_per_call=config.iterations_per_call,
+                segmented=SEGMENTED[config.segmented],
+                devices=devices,
+            )
+        except UnsplittableError as err:
+            hint = "train with --devices 1, or auto to split where it can"
+            raise UsageError(f"--devices {config.devices}: {algo} on {config.env}: {err.why}",
+                             hint=hint) from None  # fmt: skip
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()
+    if state is not None:
+        executable.check_resume(state)  # before the files of the run are cut back to it
     total = config.num_iterations * config.batch_size
     first = state.done if state else 0
     rows = _kept_rows(out / "metrics.csv", first)
-    last_return: list[float | None] = [None]  # until an episode ends
+    returns = [float(row[2]) for row in rows if row[2]]
+    last_return: list[float | None] = [returns[-1] if returns else None]  # until one ends
+    latest = [state]  # the loop state after the last call, and the last one saved
+    saved = [state]
     scalars = ScalarLog(out)
     scalars.write_rows(COLUMNS, rows)
     with (out / "metrics.csv").open("w", newline="") as handle, _progress(quiet) as progress:
         writer = csv.writer(handle)
         writer.writerows([COLUMNS, *rows])
-        task = progress.add_task("train", total=total, sps=0.0, ret=_shown(None))
+        task = progress.add_task("train", total=total, sps=0.0, ret=_shown(last_return[0]))
 
         def on_iteration(i: int, outputs: dict) -> None:
             for name, (what, hint) in built.stops.items():
@@ -131,24 +191,37 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
             mean = float(outputs["episode_return_sum"]) / episodes if episodes else ""
             last_return[0] = mean if episodes else last_return[0]
             rate = (steps - first * config.batch_size) / elapsed
-            row = [i, steps, mean, int(episodes), float(outputs["loss"]), round(elapsed, 4),
-                   round(rate, 1)]  # fmt: skip
+            loss = float(outputs["loss"])
+            row = [i, steps, mean, int(episodes), loss, round(elapsed, 4), round(rate, 1)]
             writer.writerow(row)
             scalars.write(dict(zip(COLUMNS, row, strict=True)))
             progress.update(task, completed=steps, sps=rate, ret=_shown(last_return[0]))
             rlsys.progress(steps, total)
+            if not math.isfinite(loss):
+                raise UsageError(f"iteration {i}: the loss is {loss}, so training diverged",
+                                 hint="lower --learning-rate, or --max-grad-norm")  # fmt: skip
+
+        def save(loop: LoopState) -> None:
+            handle.flush()
+            scalars.flush()
+            save_checkpoint(out / CHECKPOINT, algo, loop)
+            saved[0] = loop
 
         def on_call(loop: LoopState) -> None:
+            latest[0] = loop
             every = config.checkpoint_every
             finished = loop.done == config.num_iterations
             if finished or (every and loop.done // every > (loop.done - per_call) // every):
-                handle.flush()
-                scalars.flush()
-                save_checkpoint(out / CHECKPOINT, algo, loop)
+                save(loop)
 
         with rlsys.phase("train"):
             try:
-                executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
+                with _terminate_like_ctrl_c():
+                    executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
+            except KeyboardInterrupt as err:
+                if latest[0] is not None and latest[0] is not saved[0]:
+                    save(latest[0])
+                raise _interrupted(err, algo, out, latest[0], config.num_iterations) from None
             finally:
                 scalars.close()
     finished = time.perf_counter()
@@ -163,6 +236,17 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
         "final_episode_return": last_return[0],
         "placement": executable.placement,  # where the iterations ran (--devices)
     }
+
+
+def _interrupted(err: KeyboardInterrupt, algo: str, out: Path, state: LoopState | None,
+                 iterations: int) -> Interrupted:  # fmt: skip
+    resume = f"rlsys train {algo} --resume {out}"
+    if state is None:
+        message = f"stopped before the first call ended; `{resume}` starts it again"
+    else:
+        message = (f"stopped after iteration {state.done} of {iterations}, saved in "
+                   f"{out / CHECKPOINT}; continue with `{resume}`")  # fmt: skip
+    return Interrupted(message, getattr(err, "exit_code", 128 + signal.SIGINT))
 
 
 def _shown(mean_return: float | None) -> str:

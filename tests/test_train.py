@@ -107,7 +107,7 @@ def test_the_example_configs_are_valid() -> None:
         (["train", "ppo", "--num-envs", "0"], "--num-envs must be at least 1"),
         (["train", "a2c", "--num-steps", "-4"], "--num-steps must be at least 1"),
         (["train", "ppo", "--gamma", "1.5", *SMALL], "--gamma 1.5: a discount from 0 to 1"),
-        (["train", "dqn", "--learning-rate", "nan"], "--learning-rate nan: a positive number"),
+        (["train", "dqn", "--learning-rate", "nan"], "--learning-rate nan: a finite number"),
         (["train", "reinforce", "--returns", "nstep", "--n-step", "128"], "at most 64"),
         (["train", "ppo", "--num-minibatches", "3"], "does not divide"),
         (["train", "dqn", "--train-frequency", "3"], "does not divide"),
@@ -121,6 +121,16 @@ def test_the_example_configs_are_valid() -> None:
         (["train", "ppo", "--network", "cnn", *SMALL], "--network cnn needs image observations"),
         (["train", "a2c", "--network", "cnn", "--env", "trivial:3x20x20", *SMALL], "36x36"),
         (["train", "a2c", "--network", "resnet"], "--network 'resnet': choose auto, mlp, cnn"),
+        (["train", "ppo", "--gae-lambda", "nan", *SMALL], "--gae-lambda nan: a finite number"),
+        (["train", "ppo", "--ent-coef", "inf", *SMALL], "--ent-coef inf: a finite number"),
+        (["train", "ppo", "--max-grad-norm", "0", *SMALL], "--max-grad-norm 0.0: a positive"),
+        (["train", "ppo", "--clip-coef", "-0.2", *SMALL], "--clip-coef -0.2: a positive number"),
+        (["train", "a2c", "--gae-lambda", "5", *SMALL], "--gae-lambda 5.0: a value from 0 to 1"),
+        (["train", "a2c", "--vf-coef", "-1", *SMALL], "--vf-coef -1.0: 0 or more"),
+        (["train", "ppo", "--seed", "-1", *SMALL], "--seed -1: a seed from 0 to 4294967295"),
+        (["train", "ppo", "--total-steps", str(10**18)], "at most 2,147,483,647 are counted"),
+        (["train", "dqn", "--minibatch-size", "100000", *SMALL], "more than the replay buffer"),
+        (["train", "dqn", "--learning-starts", "9999999", *SMALL], "learning would never start"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path: Path, capsys) -> None:
@@ -306,10 +316,14 @@ def test_a_segmented_run_and_its_resumption_have_the_metrics_of_one_program(
 def test_resume_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["train", "ppo", "--resume", str(tmp_path)]) == 2
     assert "holds no config.toml" in capsys.readouterr().err
+    assert main(["train", "ppo", "--resume", str(tmp_path / "none")]) == 2
+    assert "none: no such folder" in capsys.readouterr().err
     (tmp_path / "config.toml").write_text("num_envs = 4\n")
     (tmp_path / "checkpoint.npz").write_bytes(b"not a zip file")
     assert main(["train", "ppo", "--resume", str(tmp_path), "--quiet"]) == 2
-    assert "cannot read checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot read checkpoint" in err and "not an npz archive" in err
+    assert "allow_pickle" not in err  # NumPy's advice to unpickle it, which rlsys never does
     assert main(["train", "ppo", "--resume", str(tmp_path), "--num-envs", "2"]) == 2
     assert "a resumed run keeps its configuration" in capsys.readouterr().err
 
@@ -385,6 +399,24 @@ def test_a_damaged_checkpoint_or_out_path_is_one_line(tmp_path: Path, capsys) ->
 def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
     assert main(["eval", str(tmp_path)]) == 2
     assert "holds no checkpoint.npz" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "none")]) == 2
+    assert "none: no such folder" in capsys.readouterr().err
+
+
+def test_out_of_memory_is_one_line_with_a_hint(tmp_path: Path, monkeypatch, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "a2c", *SMALL, "--out", str(out)]) == 0
+    from rlsys import evaluate
+
+    def too_many(*args, **kwargs):
+        raise MemoryError("Unable to allocate 119. GiB for an array")
+
+    monkeypatch.setattr(evaluate, "evaluate", too_many)
+    capsys.readouterr()
+    assert main(["eval", str(out), "--episodes", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "error: out of memory: Unable to allocate 119. GiB" in err
+    assert "hint: lower --episodes" in err and "Traceback" not in err
 
 
 def test_eval_of_a_checkpoint_its_config_does_not_build_is_one_line(tmp_path, capsys) -> None:

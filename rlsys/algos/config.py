@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from rlsys.errors import UsageError
 
@@ -10,6 +11,12 @@ ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
 SEGMENTED = {"no": False, "yes": True, "auto": "auto"}  # --segmented -> compile(segmented=)
 NETWORKS = ("auto", "mlp", "cnn")
 MAX_N_STEP = 64  # REINFORCE's n-step returns (`REINFORCEConfig.validate`)
+MAX_ITERATIONS = 2**31 - 1  # the iteration index is an int32 inside the program
+MAX_SEED = 2**32 - 1  # NumPy's and JAX's seeds are unsigned 32-bit integers
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 @dataclass
@@ -34,7 +41,7 @@ class CommonConfig:
     gamma: float = 0.99
     """Discount factor."""
     max_grad_norm: float = 0.5
-    """Clip gradients to this global norm."""
+    """Clip gradients to this global norm (inf: no clipping)."""
     hidden_size: int = 64
     """Units per hidden layer of the networks (the actor and critic MLPs: tanh)."""
     hidden_layers: int = 2
@@ -45,7 +52,7 @@ class CommonConfig:
     dense layer of 512, shared by actor and critic, over images (C, H, W) of at least 36x36;
     the heads on top are single layers) or "auto" (cnn for such images, else mlp)."""
     seed: int = 0
-    """Seed of parameters, actions, environments and minibatch order."""
+    """Seed of parameters, actions, environments and minibatch order (0 to 2**32 - 1)."""
     iterations_per_call: int = 10
     """Iterations per jitted call (progress is reported between calls)."""
     segmented: str = "no"
@@ -91,19 +98,31 @@ class CommonConfig:
                 f"{', '.join(ENV_BACKENDS)}",
                 hint="e.g. --env gymnax:CartPole-v1 or --env gymnasium:CartPole-v1",
             )
+        self._check_finite()
         for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
                      "iterations_per_call"):  # fmt: skip
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+                raise UsageError(f"{_flag(name)} must be at least 1")
         if self.num_iterations < 1:
             raise UsageError(
                 f"--total-steps {self.total_steps} is less than one iteration "
                 f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
             )
-        if not self.learning_rate > 0 or self.learning_rate == float("inf"):
+        if self.num_iterations > MAX_ITERATIONS:
+            raise UsageError(
+                f"--total-steps {self.total_steps} is {self.num_iterations:,} iterations of "
+                f"{self.batch_size} steps; at most {MAX_ITERATIONS:,} are counted",
+                hint="lower --total-steps or raise --num-envs / --num-steps",
+            )
+        if not 0 <= self.seed <= MAX_SEED:
+            raise UsageError(f"--seed {self.seed}: a seed from 0 to {MAX_SEED}")
+        if not self.learning_rate > 0:
             raise UsageError(f"--learning-rate {self.learning_rate}: a positive number")
         if not 0 <= self.gamma <= 1:
             raise UsageError(f"--gamma {self.gamma}: a discount from 0 to 1")
+        if not self.max_grad_norm > 0:
+            raise UsageError(f"--max-grad-norm {self.max_grad_norm}: a positive norm",
+                             hint="--max-grad-norm inf turns clipping off")  # fmt: skip
         if self.checkpoint_every < 0:
             raise UsageError("--checkpoint-every must be 0 or more")
         if self.network not in NETWORKS:
@@ -113,6 +132,28 @@ class CommonConfig:
         if self.devices != "auto" and not (self.devices.isdigit() and int(self.devices) >= 1):
             raise UsageError(f"--devices {self.devices!r}: a positive number or auto")
         return self
+
+    def _check_finite(self) -> None:
+        """Every number option is finite (NaN would pass the range checks below and train
+        to NaN), except --max-grad-norm inf, which turns clipping off."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if type(value) is not float or math.isfinite(value):
+                continue
+            if field.name == "max_grad_norm" and value == math.inf:
+                continue
+            raise UsageError(f"{_flag(field.name)} {value}: a finite number")
+
+    def _check_coefficients(self, *names: str) -> None:
+        """Each of `names` (loss weights) is 0 or more."""
+        for name in names:
+            if getattr(self, name) < 0:
+                raise UsageError(f"{_flag(name)} {getattr(self, name)}: 0 or more")
+
+    def _check_lambda(self) -> None:
+        gae_lambda = self.gae_lambda  # type: ignore[attr-defined]
+        if not 0 <= gae_lambda <= 1:
+            raise UsageError(f"--gae-lambda {gae_lambda}: a value from 0 to 1")
 
 
 @dataclass
@@ -166,6 +207,11 @@ class PPOConfig(ActorCriticConfig):
             )
         if self.obs_clip <= 0 or self.reward_clip <= 0:
             raise UsageError("--obs-clip and --reward-clip must be positive")
+        if self.clip_coef <= 0:
+            raise UsageError(f"--clip-coef {self.clip_coef}: a positive number",
+                             hint="CleanRL's default is 0.2")  # fmt: skip
+        self._check_coefficients("ent_coef", "vf_coef")
+        self._check_lambda()
         return self
 
 
@@ -179,6 +225,12 @@ class A2CConfig(ActorCriticConfig):
     """Adam learning rate (at the first iteration when annealed)."""
     gae_lambda: float = 1.0
     """Lambda of GAE (1.0: n-step returns over the rollout, bootstrapped by the critic)."""
+
+    def validate(self) -> A2CConfig:
+        super().validate()
+        self._check_coefficients("ent_coef", "vf_coef")
+        self._check_lambda()
+        return self
 
 
 @dataclass
@@ -196,6 +248,7 @@ class REINFORCEConfig(ActorCriticConfig):
 
     def validate(self) -> REINFORCEConfig:
         super().validate()
+        self._check_coefficients("ent_coef", "vf_coef")
         if self.returns not in ("mc", "nstep"):
             raise UsageError(f"--returns {self.returns!r}: choose mc or nstep")
         if self.n_step < 1:
@@ -261,6 +314,11 @@ class DQNConfig(CommonConfig):
     def updates_per_iteration(self) -> int:
         return self.batch_size // self.train_frequency
 
+    @property
+    def buffer_slots(self) -> int:
+        """Iterations the replay buffer holds: buffer_size rounded up to whole iterations."""
+        return -(-self.buffer_size // self.batch_size)
+
     def validate(self) -> DQNConfig:
         super().validate()
         for name in ("buffer_size", "minibatch_size", "train_frequency",
@@ -279,6 +337,18 @@ class DQNConfig(CommonConfig):
             raise UsageError("need 0 <= --end-e <= --start-e <= 1 and --exploration-fraction > 0")
         if self.loss not in ("mse", "huber"):
             raise UsageError(f"--loss {self.loss!r}: choose mse or huber")
+        if self.minibatch_size > self.buffer_slots * self.batch_size:
+            raise UsageError(
+                f"--minibatch-size {self.minibatch_size} is more than the replay buffer holds "
+                f"({self.buffer_slots * self.batch_size} transitions)",
+                hint="raise --buffer-size or lower --minibatch-size",
+            )
+        if self.learning_starts >= self.num_iterations * self.batch_size:
+            raise UsageError(
+                f"--learning-starts {self.learning_starts}: learning would never start in "
+                f"a run of {self.num_iterations * self.batch_size} steps",
+                hint="lower --learning-starts or raise --total-steps",
+            )
         return self
 
 

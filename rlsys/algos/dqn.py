@@ -102,7 +102,7 @@ def build_dqn(cfg: DQNConfig) -> AlgoProgram:
     i, u, _, t = prog.dims
     steps_per_iteration = cfg.batch_size
     updates = cfg.updates_per_iteration
-    slots = -(-cfg.buffer_size // steps_per_iteration)  # whole iterations, rounded up
+    slots = cfg.buffer_slots
     with prog:
         model = QNetwork(env, cfg)
         params = rt.placeholder(shape=model.initial.shape, domain=(i,), name="params")

@@ -13,3 +13,12 @@ class RecurrenceError(Exception):
 
 class IndexExprError(RecurrenceError):
     """An index expression that cannot be built."""
+
+
+class UnsplittableError(RecurrenceError):
+    """`compile(devices=N)` of a program that cannot be split over N devices; `why` says
+    what stops each way of splitting it."""
+
+    def __init__(self, devices: int, why: str) -> None:
+        super().__init__(f"compile(devices={devices}): {why}. Compile it with devices=1")
+        self.why = why

@@ -49,7 +49,10 @@ def _iteration_dim(params: list[RecurrentTensor], dim: Dim | None) -> Dim:
 
 
 def clip_by_global_norm(grads: list[RecurrentTensor], max_norm: float) -> list[RecurrentTensor]:
-    """Scale all gradients together so that their global norm is at most `max_norm`."""
+    """Scale all gradients together so that their global norm is at most `max_norm` (inf:
+    leave them as they are; the scale would be inf / inf)."""
+    if max_norm == float("inf"):
+        return grads
     squares = [(g * g).sum() for g in grads]
     norm = sum(squares[1:], start=squares[0]).sqrt()
     program = grads[0].program

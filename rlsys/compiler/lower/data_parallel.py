@@ -37,7 +37,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.errors import RecurrenceError, UnsplittableError
 from rlsys.compiler.index import Bound, Dim, Slice, as_expr
 from rlsys.compiler.ir import Graph, Node
 from rlsys.compiler.rules.base import normalize_axes
@@ -133,10 +133,10 @@ def plan_split(graph: Graph, schedule: Schedule, bounds: Mapping[Bound, int], de
             reasons.append(f"not along {dim.name}: {found}")
         else:
             return Split(dim, devices, bounds[dim.bound], found)
-    raise RecurrenceError(
-        f"compile(devices={devices}): this program's points cannot be split over devices "
-        f"({'; '.join(reasons) or 'it has no dim besides the iteration dim'}). "
-        "Compile it with devices=1"
+    raise UnsplittableError(
+        devices,
+        "this program's points cannot be split over devices "
+        f"({'; '.join(reasons) or 'it has no dim besides the iteration dim'})",
     )
 
 

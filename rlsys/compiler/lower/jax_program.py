@@ -36,7 +36,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from rlsys.compiler.autodiff import path_nodes, rerun_reads
-from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.errors import RecurrenceError, UnsplittableError
 from rlsys.compiler.heap import GrowthTrim
 from rlsys.compiler.index import Bound
 from rlsys.compiler.ir import Graph, is_identity
@@ -197,9 +197,8 @@ class JaxExecutable:
             return None
         why = self.unsplittable()
         if why:
-            raise RecurrenceError(
-                f"compile(devices={devices}) splits a program's iterations over devices, "
-                f"and this program cannot run so: {why}. Compile it with devices=1"
+            raise UnsplittableError(
+                devices, f"a split runs each device's share of every iteration, and {why}"
             )
         return plan_split(self.ir, self.schedule, self.bounds, devices, self.ir.dims[0])
 
@@ -497,7 +496,8 @@ class JaxExecutable:
 
         return seconds
 
-    def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
+    def check_resume(self, state: LoopState) -> None:
+        """Raise RecurrenceError unless `run(resume=state)` can continue from `state`."""
         expected = {str(k): (v.shape, str(v.dtype)) for k, v in self._carry_shapes.items()}
         given = {k: (np.shape(v), str(np.asarray(v).dtype)) for k, v in state.carry.items()}
         if given != expected or not 0 <= state.done <= self.bounds[self._loop.dim.bound]:
@@ -505,6 +505,9 @@ class JaxExecutable:
                 "the saved loop state does not match this program (different algorithm, "
                 "configuration or rlsys version); start a new run instead of resuming"
             )
+
+    def _resumed_carry(self, state: LoopState) -> dict[int, Any]:
+        self.check_resume(state)
         return {int(k): jnp.asarray(v) for k, v in state.carry.items()}
 
     def _report(self, values, start: int, size: int, on_iteration: IterationCallback | None,
