@@ -107,7 +107,8 @@ def read_config(path: Path, config_class) -> dict[str, Any]:
         elif kind == "float" and yaml and type(value) is str and _is_number(value):
             data[name] = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         elif type(value).__name__ != kind:
-            example = f"{name} = {_toml_value(getattr(config_class, name))}"
+            default = getattr(config_class, name)
+            example = f"{name}: {default}" if yaml else f"{name} = {_toml_value(default)}"
             raise UsageError(f"{path}: {name} must be {_A_TYPE[kind]}, not {value!r}",
                              hint=f"e.g. {example}")  # fmt: skip
     return data
@@ -119,7 +120,11 @@ def _parse_yaml(text: str) -> Any:
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        raise ValueError(" ".join(str(err).split())) from None
+        mark = getattr(err, "problem_mark", None)
+        if mark is None:
+            raise ValueError(" ".join(str(err).split())) from None
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        raise ValueError(f"{getattr(err, 'problem', None) or 'not YAML'} ({where})") from None
 
 
 def _is_number(text: str) -> bool:
