@@ -8,6 +8,7 @@ exits 2; so does a verb that is not built yet.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -15,8 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rlsys import __version__
-from rlsys.compiler.errors import RecurrenceError
 from rlsys.errors import UsageError
+from rlsys.stop_signals import StopRequests
 
 EXIT_USAGE = 2
 
@@ -167,6 +168,17 @@ def _out_of_memory(err: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `rlsys train` stops on Ctrl-C or SIGTERM where it can checkpoint; its handlers go in
+    # first, so that a signal during its imports or compilation is not lost either.
+    with StopRequests() if argv[:1] == ["train"] else contextlib.nullcontext() as stops:
+        return _main(argv, stops)
+
+
+def _main(argv: list[str], stops: StopRequests | None) -> int:
+    # Imported here, after the handlers: it imports JAX (about 2 s).
+    from rlsys.compiler.errors import RecurrenceError
+
     parser = build_parser()
     args = None
     try:
@@ -174,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             parser.print_help()
             return EXIT_USAGE
+        args.stops = stops
         return int(args.run(args) or 0)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

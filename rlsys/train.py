@@ -10,10 +10,13 @@ failed before training, on a bad environment say, leaves nothing in it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +208,24 @@ def _check_new_out(out: Path) -> None:
     raise UsageError(f"--out {out} is not empty", hint="pass a new or empty --out DIR")
 
 
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """An exclusive lock on the folder while a run writes it: two runs writing one folder
+    would interleave their metrics and checkpoints."""
+    import fcntl
+
+    handle = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            hint = "wait for it to end, or pass another --out"
+            raise UsageError(f"{out}: another `rlsys train` is writing it", hint=hint) from None
+        yield
+    finally:
+        os.close(handle)  # and with it the lock
+
+
 def _final_return(summary: dict) -> str:
     mean = summary["final_episode_return"]
     if mean is None:  # every episode was longer than the run (HalfCheetah: 1,000 steps)
@@ -228,26 +249,27 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is None:
         _check_new_out(out)
     from rlsys.cli import compile_cache, make_out_dir
+    from rlsys.training import train  # before the folder: a Ctrl-C here leaves none
 
     cache = compile_cache(args)
     created = not out.exists()
     make_out_dir(out)
-    if args.resume is None:
-        write_toml(dataclasses.asdict(config), out / "config.toml", args.algo)
-    from rlsys.training import train
-
-    try:
-        with cache:
-            summary = train(args.algo, config, out, quiet=args.quiet,
-                            resume=args.resume is not None)  # fmt: skip
-    except BaseException:
-        if args.resume is None and [p.name for p in out.iterdir()] == ["config.toml"]:
-            # It failed before training: no trace of a run that never ran.
-            (out / "config.toml").unlink()
-            if created:
-                out.rmdir()
-        raise
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    with _locked(out):
+        if args.resume is None:
+            write_toml(dataclasses.asdict(config), out / "config.toml", args.algo)
+        try:
+            with cache:
+                summary = train(args.algo, config, out, quiet=args.quiet,
+                                resume=args.resume is not None,
+                                stops=getattr(args, "stops", None))  # fmt: skip
+        except BaseException:
+            if args.resume is None and [p.name for p in out.iterdir()] == ["config.toml"]:
+                # It failed before training: no trace of a run that never ran.
+                (out / "config.toml").unlink()
+                if created:
+                    out.rmdir()
+            raise
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "
         f"{summary['train_seconds']:.1f} s ({summary['env_steps_per_second']:,.0f} steps/s, "

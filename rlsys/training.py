@@ -11,16 +11,12 @@ lives outside the program: a resumed run starts those environments afresh.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
 import os
-import signal
-import threading
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +31,7 @@ from rlsys.compiler.errors import UnsplittableError
 from rlsys.compiler.lower.jax_program import LoopState
 from rlsys.errors import UsageError
 from rlsys.scalar_log import ScalarLog
+from rlsys.stop_signals import Stopped, StopRequests
 
 COLUMNS = ["iteration", "env_steps", "episode_return", "episodes", "loss", "wall_seconds",
            "env_steps_per_second"]  # fmt: skip
@@ -46,8 +43,13 @@ def save_checkpoint(path: Path, algo: str, state: LoopState) -> None:
     meta = json.dumps({"format": FORMAT, "version": 1, "algo": algo, "iterations": state.done})
     arrays = {f"carry_{k}": v for k, v in state.carry.items()}
     temporary = path.with_name(path.name + ".tmp.npz")
-    np.savez(temporary, meta=np.array(meta), **arrays)
-    os.replace(temporary, path)  # a crash mid-write leaves the previous checkpoint whole
+    try:
+        np.savez(temporary, meta=np.array(meta), **arrays)
+        os.replace(temporary, path)  # a crash mid-write leaves the previous checkpoint whole
+    except OSError as err:
+        temporary.unlink(missing_ok=True)
+        raise UsageError(f"cannot write checkpoint {path}: {err.strerror or err}",
+                         hint="free some disk space, then --resume the run") from None  # fmt: skip
 
 
 # What reading a missing, truncated, empty or foreign checkpoint.npz raises.
@@ -88,43 +90,13 @@ def checkpoint_algo(path: Path) -> str:
     return algo
 
 
-class Interrupted(KeyboardInterrupt):
-    """Training stopped by SIGINT (Ctrl-C) or SIGTERM; the message says what was saved."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class _Terminated(KeyboardInterrupt):
-    exit_code = 128 + signal.SIGTERM
-
-
-@contextlib.contextmanager
-def _terminate_like_ctrl_c() -> Iterator[None]:
-    """SIGTERM (`kill`, a scheduler's stop) ends training as Ctrl-C does: with a checkpoint
-    of the iterations done. Only the main thread can set a handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum, frame) -> None:
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _kept_rows(path: Path, before: int) -> list[list[str]]:
     """The metrics rows of the iterations a resumed run does not repeat."""
     if not path.exists():
         return []
-    with path.open(newline="") as handle:
+    with path.open(newline="", errors="replace") as handle:
         rows = list(csv.reader(handle))[1:]
-    # A process killed mid-write leaves a torn last row: whole rows only.
+    # A process killed mid-write leaves a torn last row (any bytes): whole rows only.
     whole = [row for row in rows if len(row) == len(COLUMNS) and row[0].isdigit()]
     return [row for row in whole if int(row[0]) < before]
 
@@ -140,10 +112,20 @@ def _devices(config: Any) -> int | str:
     return use_cpu_devices(int(config.devices))
 
 
-def train(algo: str, config: Any, out: Path, quiet: bool = False,
-          resume: bool = False) -> dict[str, Any]:  # fmt: skip
+def train(algo: str, config: Any, out: Path, quiet: bool = False, resume: bool = False,
+          stops: StopRequests | None = None) -> dict[str, Any]:  # fmt: skip
     """Build, compile and run `algo` with `config`, writing metrics.csv and checkpoints
-    into `out`; with `resume`, continue from `out/checkpoint.npz`."""
+    into `out`; with `resume`, continue from `out/checkpoint.npz`. Ctrl-C or SIGTERM stops
+    it after the call in progress, checkpointed (`Stopped`, `rlsys/stop_signals.py`):
+    `stops`, the CLI's, or its own."""
+    if stops is not None:
+        return _train(algo, config, out, quiet, resume, stops)
+    with StopRequests() as own:
+        return _train(algo, config, out, quiet, resume, own)
+
+
+def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
+           stops: StopRequests) -> dict[str, Any]:  # fmt: skip
     started = time.perf_counter()
     # A run stopped before its first checkpoint starts again from iteration 0.
     state = (
@@ -165,6 +147,7 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
                              hint=hint) from None  # fmt: skip
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()
+    stops.check("stopped before training started")
     if state is not None:
         executable.check_resume(state)  # before the files of the run are cut back to it
     total = config.num_iterations * config.batch_size
@@ -202,26 +185,29 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
                                  hint="lower --learning-rate, or --max-grad-norm")  # fmt: skip
 
         def save(loop: LoopState) -> None:
-            handle.flush()
-            scalars.flush()
-            save_checkpoint(out / CHECKPOINT, algo, loop)
-            saved[0] = loop
+            with stops.deferred():  # no signal leaves it half-written
+                handle.flush()
+                scalars.flush()
+                save_checkpoint(out / CHECKPOINT, algo, loop)
+                saved[0] = loop
 
         def on_call(loop: LoopState) -> None:
             latest[0] = loop
             every = config.checkpoint_every
             finished = loop.done == config.num_iterations
-            if finished or (every and loop.done // every > (loop.done - per_call) // every):
+            periodic = every and loop.done // every > (loop.done - per_call) // every
+            if finished or periodic or stops.requested:
                 save(loop)
+            stops.check(_stopped(algo, out, loop, config.num_iterations))
 
         with rlsys.phase("train"):
             try:
-                with _terminate_like_ctrl_c():
-                    executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
-            except KeyboardInterrupt as err:
+                executable.run(on_iteration=on_iteration, on_call=on_call, resume=state)
+            except KeyboardInterrupt as err:  # Stopped, or a Ctrl-C outside the main thread
                 if latest[0] is not None and latest[0] is not saved[0]:
-                    save(latest[0])
-                raise _interrupted(err, algo, out, latest[0], config.num_iterations) from None
+                    save(latest[0])  # stopped at once, in a call: the calls before it
+                message = _stopped(algo, out, latest[0], config.num_iterations)
+                raise Stopped(message, getattr(err, "exit_code", 130)) from None
             finally:
                 scalars.close()
     finished = time.perf_counter()
@@ -238,15 +224,13 @@ def train(algo: str, config: Any, out: Path, quiet: bool = False,
     }
 
 
-def _interrupted(err: KeyboardInterrupt, algo: str, out: Path, state: LoopState | None,
-                 iterations: int) -> Interrupted:  # fmt: skip
+def _stopped(algo: str, out: Path, state: LoopState | None, iterations: int) -> str:
+    """What a stopped run saved, and how to go on."""
     resume = f"rlsys train {algo} --resume {out}"
     if state is None:
-        message = f"stopped before the first call ended; `{resume}` starts it again"
-    else:
-        message = (f"stopped after iteration {state.done} of {iterations}, saved in "
-                   f"{out / CHECKPOINT}; continue with `{resume}`")  # fmt: skip
-    return Interrupted(message, getattr(err, "exit_code", 128 + signal.SIGINT))
+        return f"stopped before the first call ended; `{resume}` starts it again"
+    return (f"stopped after iteration {state.done} of {iterations}, saved in "
+            f"{out / CHECKPOINT}; continue with `{resume}`")  # fmt: skip
 
 
 def _shown(mean_return: float | None) -> str:

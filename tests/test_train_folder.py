@@ -47,31 +47,39 @@ def _stop_at_step(steps: int, monkeypatch, stop) -> None:
     monkeypatch.setattr(rlsys, "progress", progress)
 
 
-def _ctrl_c() -> None:
-    raise KeyboardInterrupt
+def _signal(*signals: signal.Signals):
+    def send() -> None:
+        for signum in signals:
+            os.kill(os.getpid(), signum)
+
+    return send
 
 
-def _sigterm() -> None:
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-@pytest.mark.parametrize(("stop", "code"), [(_ctrl_c, 130), (_sigterm, 143)])
-def test_a_stopped_run_saves_its_last_call_and_resumes_to_the_same_metrics(
-    stop, code, whole: Path, tmp_path: Path, monkeypatch, capsys
+@pytest.mark.parametrize(
+    ("signals", "code", "done"),
+    [
+        ((signal.SIGINT,), 130, 8),  # the call in progress (iterations 6 and 7) ends first
+        ((signal.SIGTERM,), 143, 8),
+        ((signal.SIGINT, signal.SIGINT), 130, 6),  # the second: at once, in the call
+    ],
+)
+def test_a_stopped_run_saves_its_finished_calls_and_resumes_to_the_same_metrics(
+    signals, code, done, whole: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
-        _stop_at_step(7 * 128, patch, stop)  # iteration 6: the first of the fourth call
+        _stop_at_step(7 * 128, patch, _signal(*signals))  # iteration 6: the fourth call's first
         assert main([*RUN, "--out", str(out)]) == code
     err = capsys.readouterr().err
-    assert f"stopped after iteration 6 of 16, saved in {out / 'checkpoint.npz'}" in err
+    assert f"stopped after iteration {done} of 16, saved in {out / 'checkpoint.npz'}" in err
     assert f"continue with `rlsys train a2c --resume {out}`" in err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with (out / "metrics.csv").open("a") as metrics:
         metrics.write("1")  # row 12 torn by a process killed mid-write: "1" of "12,..."
     assert main(["train", "a2c", "--resume", str(out), "--quiet"]) == 0
     assert _metrics(out) == _metrics(whole)
-    assert json.loads((out / "summary.json").read_text())["resumed_at_iteration"] == 6
+    assert json.loads((out / "summary.json").read_text())["resumed_at_iteration"] == done
 
 
 def test_a_run_stopped_before_its_first_call_ended_starts_again(
@@ -79,11 +87,25 @@ def test_a_run_stopped_before_its_first_call_ended_starts_again(
 ) -> None:
     out = tmp_path / "run"
     with monkeypatch.context() as patch:
-        _stop_at_step(128, patch, _ctrl_c)
+        _stop_at_step(128, patch, _signal(signal.SIGINT, signal.SIGINT))
         assert main([*RUN, "--out", str(out)]) == 130
     assert "stopped before the first call ended" in capsys.readouterr().err
     assert not (out / "checkpoint.npz").exists()
     assert main(["train", "a2c", "--resume", str(out), "--quiet"]) == 0
+    assert _metrics(out) == _metrics(whole)
+
+
+def test_a_folder_a_run_is_writing_is_refused(whole: Path, tmp_path: Path, monkeypatch,
+                                              capsys) -> None:  # fmt: skip
+    out = tmp_path / "run"
+
+    def resume_meanwhile() -> None:
+        assert main(["train", "a2c", "--resume", str(out), "--quiet"]) == 2
+
+    with monkeypatch.context() as patch:
+        _stop_at_step(128, patch, resume_meanwhile)
+        assert main([*RUN, "--out", str(out)]) == 0
+    assert f"{out}: another `rlsys train` is writing it" in capsys.readouterr().err
     assert _metrics(out) == _metrics(whole)
 
 

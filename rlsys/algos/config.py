@@ -11,7 +11,7 @@ ENV_BACKENDS = ("gymnax", "gymnasium", "envpool", "trivial")
 SEGMENTED = {"no": False, "yes": True, "auto": "auto"}  # --segmented -> compile(segmented=)
 NETWORKS = ("auto", "mlp", "cnn")
 MAX_N_STEP = 64  # REINFORCE's n-step returns (`REINFORCEConfig.validate`)
-MAX_ITERATIONS = 2**31 - 1  # the iteration index is an int32 inside the program
+INT32_MAX = 2**31 - 1  # iteration indices and sizes are int32 inside the program
 MAX_SEED = 2**32 - 1  # NumPy's and JAX's seeds are unsigned 32-bit integers
 
 
@@ -108,10 +108,15 @@ class CommonConfig:
                 f"--total-steps {self.total_steps} is less than one iteration "
                 f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
             )
-        if self.num_iterations > MAX_ITERATIONS:
+        if self.batch_size > INT32_MAX:
+            raise UsageError(
+                f"--num-envs {self.num_envs} x --num-steps {self.num_steps}: at most "
+                f"{INT32_MAX:,} steps an iteration"
+            )
+        if self.num_iterations > INT32_MAX:
             raise UsageError(
                 f"--total-steps {self.total_steps} is {self.num_iterations:,} iterations of "
-                f"{self.batch_size} steps; at most {MAX_ITERATIONS:,} are counted",
+                f"{self.batch_size} steps; at most {INT32_MAX:,} are counted",
                 hint="lower --total-steps or raise --num-envs / --num-steps",
             )
         if not 0 <= self.seed <= MAX_SEED:
@@ -135,9 +140,13 @@ class CommonConfig:
 
     def _check_finite(self) -> None:
         """Every number option is finite (NaN would pass the range checks below and train
-        to NaN), except --max-grad-norm inf, which turns clipping off."""
+        to NaN), except --max-grad-norm inf, which turns clipping off; integers fit the
+        program's int32 (sizes, step counts)."""
         for field in fields(self):
             value = getattr(self, field.name)
+            counted = field.name in ("seed", "total_steps")  # checked below
+            if type(value) is int and not counted and abs(value) > INT32_MAX:
+                raise UsageError(f"{_flag(field.name)} {value}: at most {INT32_MAX:,}")
             if type(value) is not float or math.isfinite(value):
                 continue
             if field.name == "max_grad_norm" and value == math.inf:

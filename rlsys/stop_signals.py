@@ -1,0 +1,69 @@
+"""Ctrl-C (SIGINT) and SIGTERM while `rlsys train` runs: stop cleanly, with a checkpoint.
+
+The first signal only asks to stop: training checks between jitted calls (`check`) and
+stops there, after checkpointing what the finished calls did. Raising from the handler at
+once would not be safe: the signal lands wherever the main thread is, and Python drops an
+exception raised inside a callback (JAX's garbage-collection hook, seen in the first second
+of a run), so training went on to its end. A second signal stops at once (a call can take
+long). Checkpoints are written with both signals blocked (`deferred`), so that no signal
+leaves one half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(KeyboardInterrupt):
+    """Training stopped by a signal; `exit_code` is the shell's for it (130, 143)."""
+
+    def __init__(self, message: str = "", exit_code: int = 128 + signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class StopRequests:
+    """While entered (in the main thread), SIGINT and SIGTERM ask to stop (`requested`)."""
+
+    def __init__(self) -> None:
+        self.requested: int | None = None  # the signal that asked
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested is not None:
+            raise Stopped(exit_code=128 + signum)  # the second time: at once
+        self.requested = signum
+        # os.write, not print: the handler may run in the middle of a print
+        os.write(2, b"\nstopping after the call in progress (once more: at once)\n")
+
+    def check(self, message: str) -> None:
+        """Raise Stopped(message) if a signal asked to stop."""
+        if self.requested is not None:
+            raise Stopped(message, exit_code=128 + self.requested)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Hold SIGINT and SIGTERM until the block ends (they are delivered then)."""
+        if not self._previous:
+            yield
+            return
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
