@@ -52,7 +52,7 @@ def final_values(algo: str, config, state, names: tuple[str, ...]) -> dict[str, 
                     f"{'none' if saved is None else tuple(np.shape(saved)[1:])}): the folder "
                     "was written by another configuration or rlsys version",
                     hint="evaluate a run written by this rlsys, or set the options it was "
-                    "trained with in its config.toml (e.g. --network)",
+                    'trained with in its config.toml (e.g. network = "mlp")',
                 )
             values[node.name] = np.asarray(saved[0])
     return values

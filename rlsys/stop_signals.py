@@ -5,8 +5,8 @@ stops there, after checkpointing what the finished calls did. Raising from the h
 once would not be safe: the signal lands wherever the main thread is, and Python drops an
 exception raised inside a callback (JAX's garbage-collection hook, seen in the first second
 of a run), so training went on to its end. A second signal stops at once (a call can take
-long). Checkpoints are written with both signals blocked (`deferred`), so that no signal
-leaves one half-written.
+long). A checkpoint being written (`deferred`) is finished first, so that no signal leaves
+one half-written; a signal mask would not do, as JAX's threads would take the signal.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class StopRequests:
     def __init__(self) -> None:
         self.requested: int | None = None  # the signal that asked
         self._previous: dict[int, object] = {}
+        self._deferring = False
+        self._deferred: int | None = None  # a second signal while deferring
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
@@ -45,6 +47,9 @@ class StopRequests:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: object) -> None:
+        if self.requested is not None and self._deferring:
+            self._deferred = signum
+            return
         if self.requested is not None:
             raise Stopped(exit_code=128 + signum)  # the second time: at once
         self.requested = signum
@@ -58,12 +63,11 @@ class StopRequests:
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Hold SIGINT and SIGTERM until the block ends (they are delivered then)."""
-        if not self._previous:
-            yield
-            return
-        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        """Finish the block before a second signal stops the run."""
+        self._deferring = True
         try:
             yield
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+            self._deferring = False
+        if self._deferred is not None:
+            raise Stopped(exit_code=128 + self._deferred)

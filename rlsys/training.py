@@ -61,7 +61,7 @@ def _unreadable(path: Path, err: BaseException) -> UsageError:
     if "pickle" in why:  # NumPy's advice to load it unsafely; rlsys never unpickles a file
         why = "it is not an npz archive of arrays"
     return UsageError(f"cannot read checkpoint {path}: {why}",
-                      hint="resume a folder written by `rlsys train`")  # fmt: skip
+                      hint="use a folder written by `rlsys train`")  # fmt: skip
 
 
 def load_checkpoint(path: Path, algo: str) -> LoopState:

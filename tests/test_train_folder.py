@@ -201,3 +201,27 @@ def test_a_diverged_run_stops_at_its_first_non_finite_loss(tmp_path: Path, capsy
     assert "the loss is nan, so training diverged" in err and "Traceback" not in err
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert np.isnan(float(rows[-1]["loss"])) and not (out / "summary.json").exists()
+
+
+def test_a_second_signal_while_the_checkpoint_is_written_waits_for_it(
+    whole: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from rlsys import training
+
+    write = training.save_checkpoint
+
+    def interrupted_write(path, algo, state) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the second signal, in the middle of the write
+        write(path, algo, state)
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        _stop_at_step(7 * 128, patch, _signal(signal.SIGINT))
+        patch.setattr(training, "save_checkpoint", interrupted_write)
+        assert main([*RUN, "--out", str(out)]) == 130
+    assert f"stopped after iteration 8 of 16, saved in {out / 'checkpoint.npz'}" in (
+        capsys.readouterr().err
+    )
+    assert sorted(p.name for p in out.iterdir() if "tmp" in p.name) == []
+    assert main(["train", "a2c", "--resume", str(out), "--quiet"]) == 0
+    assert _metrics(out) == _metrics(whole)

@@ -214,8 +214,9 @@ class PPOConfig(ActorCriticConfig):
                 f"{self.batch_size} steps",
                 hint="choose num-envs x num-steps divisible by num-minibatches",
             )
-        if self.obs_clip <= 0 or self.reward_clip <= 0:
-            raise UsageError("--obs-clip and --reward-clip must be positive")
+        for name in ("obs_clip", "reward_clip"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"{_flag(name)} {getattr(self, name)}: a positive number")
         if self.clip_coef <= 0:
             raise UsageError(f"--clip-coef {self.clip_coef}: a positive number",
                              hint="CleanRL's default is 0.2")  # fmt: skip
@@ -340,10 +341,15 @@ class DQNConfig(CommonConfig):
                 f"{self.batch_size} steps of an iteration",
                 hint="choose num-envs x num-steps divisible by train-frequency",
             )
-        if self.learning_starts < 0 or not 0.0 < self.tau <= 1.0:
-            raise UsageError("--learning-starts must be 0 or more and --tau in (0, 1]")
-        if not 0.0 <= self.end_e <= self.start_e <= 1.0 or self.exploration_fraction <= 0:
-            raise UsageError("need 0 <= --end-e <= --start-e <= 1 and --exploration-fraction > 0")
+        if self.learning_starts < 0:
+            raise UsageError(f"--learning-starts {self.learning_starts}: 0 or more")
+        if not 0.0 < self.tau <= 1.0:
+            raise UsageError(f"--tau {self.tau}: more than 0 and at most 1")
+        if not 0.0 <= self.end_e <= self.start_e <= 1.0:
+            raise UsageError(f"--end-e {self.end_e}, --start-e {self.start_e}: need "
+                             "0 <= end-e <= start-e <= 1")  # fmt: skip
+        if self.exploration_fraction <= 0:
+            raise UsageError(f"--exploration-fraction {self.exploration_fraction}: more than 0")
         if self.loss not in ("mse", "huber"):
             raise UsageError(f"--loss {self.loss!r}: choose mse or huber")
         if self.minibatch_size > self.buffer_slots * self.batch_size:
