@@ -155,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 OUT_OF_MEMORY_HINTS = {
-    "train": "lower --num-envs or --num-steps: a rollout holds num_envs x num_steps steps",
+    "train": "lower --num-envs, --num-steps (a rollout holds num_envs x num_steps steps) "
+    "or the network's size (--hidden-size, --hidden-layers)",
     "eval": "lower --episodes: every episode runs in its own environment, all at once",
 }
 
