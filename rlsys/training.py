@@ -153,8 +153,8 @@ def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
     total = config.num_iterations * config.batch_size
     first = state.done if state else 0
     rows = _kept_rows(out / "metrics.csv", first)
-    returns = [float(row[2]) for row in rows if row[2]]
-    last_return: list[float | None] = [returns[-1] if returns else None]  # until one ends
+    # The last mean episode return so far (none until an episode ends).
+    last_return = [next((float(row[2]) for row in reversed(rows) if row[2]), None)]
     latest = [state]  # the loop state after the last call, and the last one saved
     saved = [state]
     scalars = ScalarLog(out)

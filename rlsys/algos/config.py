@@ -153,12 +153,6 @@ class CommonConfig:
                 continue
             raise UsageError(f"{_flag(field.name)} {value}: a finite number")
 
-    def _check_coefficients(self, *names: str) -> None:
-        """Each of `names` (loss weights) is 0 or more."""
-        for name in names:
-            if getattr(self, name) < 0:
-                raise UsageError(f"{_flag(name)} {getattr(self, name)}: 0 or more")
-
     def _check_lambda(self) -> None:
         gae_lambda = self.gae_lambda  # type: ignore[attr-defined]
         if not 0 <= gae_lambda <= 1:
@@ -173,6 +167,13 @@ class ActorCriticConfig(CommonConfig):
     """Weight of the entropy bonus."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
+
+    def validate(self) -> ActorCriticConfig:
+        super().validate()
+        for name in ("ent_coef", "vf_coef"):  # loss weights
+            if getattr(self, name) < 0:
+                raise UsageError(f"{_flag(name)} {getattr(self, name)}: 0 or more")
+        return self
 
 
 @dataclass
@@ -220,7 +221,6 @@ class PPOConfig(ActorCriticConfig):
         if self.clip_coef <= 0:
             raise UsageError(f"--clip-coef {self.clip_coef}: a positive number",
                              hint="CleanRL's default is 0.2")  # fmt: skip
-        self._check_coefficients("ent_coef", "vf_coef")
         self._check_lambda()
         return self
 
@@ -238,7 +238,6 @@ class A2CConfig(ActorCriticConfig):
 
     def validate(self) -> A2CConfig:
         super().validate()
-        self._check_coefficients("ent_coef", "vf_coef")
         self._check_lambda()
         return self
 
@@ -258,7 +257,6 @@ class REINFORCEConfig(ActorCriticConfig):
 
     def validate(self) -> REINFORCEConfig:
         super().validate()
-        self._check_coefficients("ent_coef", "vf_coef")
         if self.returns not in ("mc", "nstep"):
             raise UsageError(f"--returns {self.returns!r}: choose mc or nstep")
         if self.n_step < 1:

@@ -131,12 +131,12 @@ class _Columns:
         self.category = np.fromiter((_CODES[e.category] for e in events), np.int8, n)
         on_device = (e.category is Category.GPU_KERNEL or e.device != "cpu" for e in events)
         self.on_device = np.fromiter(on_device, bool, n)
-        operation = np.flatnonzero(self.category == _CODES[Category.OPERATION])
-        phase_indices = [i for i in operation.tolist() if _is_phase(events[i])]
+        operation = self.is_(Category.OPERATION)
+        phase_indices = [i for i in np.flatnonzero(operation).tolist() if _is_phase(events[i])]
         self.phases = [events[i] for i in phase_indices]
         phase = np.zeros(n, bool)
         phase[phase_indices] = True
-        self.owns_time = self.is_(Category.OPERATION) & (self.end > self.start) & ~phase
+        self.owns_time = operation & (self.end > self.start) & ~phase
         """Operations with a duration that are not phases: they own time (module docstring)."""
         host = np.flatnonzero(~self.on_device)
         tids = np.fromiter((events[i].tid for i in host.tolist()), np.int64, len(host))

@@ -19,8 +19,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlsys.profiler.collectors.nvml import DEFAULT_PERIOD_S, Sample
-from rlsys.profiler.overlap import Interval, sweep
+from rlsys.profiler.overlap import Interval, union
 from rlsys.trace import Category, Session
 
 METHOD = (
@@ -36,12 +38,9 @@ class BusyTime:
     """The union of intervals, with `covered(lo, hi)` = its measure within [lo, hi) in O(log n)."""
 
     def __init__(self, intervals: Iterable[Interval]) -> None:
-        merged = [(start, end) for start, end, _ in sweep({None: list(intervals)})]
-        self.starts = [start for start, _ in merged]
-        self.ends = [end for _, end in merged]
-        self.prefix = [0]
-        for start, end in merged:
-            self.prefix.append(self.prefix[-1] + end - start)
+        starts, ends = union(intervals)
+        self.starts, self.ends = starts.tolist(), ends.tolist()
+        self.prefix = [0, *np.cumsum(ends - starts).tolist()]
 
     def _before(self, time: int) -> int:
         """Measure of the union within (-inf, time)."""

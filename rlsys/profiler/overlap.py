@@ -94,7 +94,7 @@ class _Timeline:
         words = max(1, -(-len(self.labels) // _BITS))
         times, deltas = [], []
         for index, label in enumerate(self.labels):
-            starts, ends = _union(label, intervals[label])
+            starts, ends = union(intervals[label], label)
             delta = np.zeros((2 * len(starts), words), dtype=np.int64)
             delta[: len(starts), index // _BITS] = 1 << (index % _BITS)
             delta[len(starts) :, index // _BITS] = -(1 << (index % _BITS))
@@ -136,8 +136,9 @@ class _Timeline:
         )
 
 
-def _union(label: Hashable, spans: Iterable[Interval]) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of the union of `spans` as disjoint, non-touching intervals."""
+def union(spans: Iterable[Interval], label: Hashable = None) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the union of `spans` as disjoint, non-touching intervals, in time
+    order (`label` names them in the error for an interval that ends before it starts)."""
     array = np.array(spans if isinstance(spans, list) else list(spans), dtype=np.int64)
     array = array.reshape(-1, 2)
     starts, ends = array[:, 0], array[:, 1]
@@ -168,5 +169,5 @@ def overlap(intervals: Mapping[Hashable, Iterable[Interval]]) -> dict[frozenset,
 
 def union_length(intervals: Iterable[Interval]) -> int:
     """Measure of the union of `intervals` (overlapping parts count once)."""
-    starts, ends = _union(None, intervals)
+    starts, ends = union(intervals)
     return int((ends - starts).sum())
