@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], stops: StopRequests | None) -> int:
     # Imported here, after the handlers: it imports JAX (about 2 s).
-    from rlsys.compiler.errors import RecurrenceError
+    from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
 
     parser = build_parser()
     args = None
@@ -194,14 +194,15 @@ def _main(argv: list[str], stops: StopRequests | None) -> int:
         if err.hint:
             print(f"hint: {err.hint}", file=sys.stderr)
         return EXIT_USAGE
-    except RecurrenceError as err:  # a program (or its environment) that cannot be built
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as err:
+        if isinstance(err, RecurrenceError) and not isinstance(err, MemoryError):
+            print(f"error: {err}", file=sys.stderr)  # a program that cannot be built
+            return EXIT_USAGE
         if not _out_of_memory(err):
             raise
         why = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"error: out of memory: {why}", file=sys.stderr)
+        what = "too large" if isinstance(err, ProgramTooLargeError) else "out of memory"
+        print(f"error: {what}: {why}", file=sys.stderr)
         hint = OUT_OF_MEMORY_HINTS.get(getattr(args, "verb", None) or "", "make the job smaller")
         print(f"hint: {hint}", file=sys.stderr)
         return EXIT_USAGE

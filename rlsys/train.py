@@ -226,6 +226,17 @@ def _locked(out: Path) -> Iterator[None]:
         os.close(handle)  # and with it the lock
 
 
+def _remove_untrained(out: Path, created: bool) -> None:
+    """A run that failed before training leaves no trace: its config.toml goes, and the
+    folder if it made it. Never an error that would hide the failure's own (the folder may
+    have been removed or filled meanwhile)."""
+    with contextlib.suppress(OSError):
+        if [p.name for p in out.iterdir()] == ["config.toml"]:
+            (out / "config.toml").unlink()
+            if created:
+                out.rmdir()
+
+
 def _final_return(summary: dict) -> str:
     mean = summary["final_episode_return"]
     if mean is None:  # every episode was longer than the run (HalfCheetah: 1,000 steps)
@@ -263,11 +274,8 @@ def run(args: argparse.Namespace) -> int:
                                 resume=args.resume is not None,
                                 stops=getattr(args, "stops", None))  # fmt: skip
         except BaseException:
-            if args.resume is None and [p.name for p in out.iterdir()] == ["config.toml"]:
-                # It failed before training: no trace of a run that never ran.
-                (out / "config.toml").unlink()
-                if created:
-                    out.rmdir()
+            if args.resume is None:
+                _remove_untrained(out, created)
             raise
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(

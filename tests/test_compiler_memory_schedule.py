@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from tiny_programs import DOUBLINGS, doubling_program
 
+import rlsys.rt as rt
+from rlsys.compiler.errors import ProgramTooLargeError
 from rlsys.compiler.lower import jax_staged, memory_schedule
 from rlsys.compiler.lower.backend_options import backend_options
 from rlsys.compiler.lower.cpu_convolutions import CPU_CONVOLUTION_OPTIONS
@@ -140,3 +143,63 @@ def test_region_analysis_leaves_a_loop_counter_uncopied_and_computes_the_same() 
     ours, plain = compile_frugally(lowered), lowered.compile()
     assert ours.as_text().count(" copy(") < plain.as_text().count(" copy(")
     np.testing.assert_array_equal(ours(x), plain(x))
+
+
+@dataclass
+class _CallAnalysis:
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    temp_size_in_bytes: int
+    alias_size_in_bytes: int
+
+
+def test_a_call_holds_its_arguments_results_and_temporaries_donated_ones_once() -> None:
+    class Compiled:
+        def memory_analysis(self):
+            return _CallAnalysis(100, 30, 500, 20)  # 20 of the results written in place
+
+    assert memory_schedule.call_bytes(Compiled()) == 610
+
+
+def test_available_memory_is_free_ram_and_swap_or_the_cgroup_s_remainder(tmp_path) -> None:
+    meminfo = tmp_path / "proc/meminfo"
+    meminfo.parent.mkdir()
+    meminfo.write_text("MemTotal: 9000 kB\nMemAvailable:    1000 kB\nSwapFree: 24 kB\n")
+    assert memory_schedule.available_bytes(tmp_path) == 1024 * 1024
+    cgroup = tmp_path / "sys/fs/cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "memory.max").write_text("max\n")  # no limit
+    (cgroup / "memory.current").write_text("300000\n")
+    assert memory_schedule.available_bytes(tmp_path) == 1024 * 1024
+    (cgroup / "memory.max").write_text("500000\n")
+    assert memory_schedule.available_bytes(tmp_path) == 200000
+    meminfo.write_text("no numbers here\n")
+    assert memory_schedule.available_bytes(tmp_path) is None
+
+
+def test_a_program_whose_call_does_not_fit_is_refused_when_compiled(monkeypatch) -> None:
+    x = jnp.zeros((1024, 256), "float32")  # 1 MiB in, 1 MiB out
+    lowered = jax.jit(lambda x: jnp.tanh(x) * 2.0).lower(x)
+    monkeypatch.setattr(memory_schedule, "available_bytes", lambda: 3 * MiB)
+    compile_frugally(lowered)
+    monkeypatch.setattr(memory_schedule, "available_bytes", lambda: MiB)
+    with pytest.raises(ProgramTooLargeError, match=r"needs 0\.0 GiB .* has 0\.0 GiB free"):
+        compile_frugally(lowered)
+    monkeypatch.setenv("RLSYS_SKIP_MEMORY_CHECK", "1")
+    compile_frugally(lowered)
+
+
+def test_a_gather_from_more_values_than_32_bit_indices_reach_is_refused_before_tracing() -> None:
+    prog = rt.Program(dims=("b",))
+    (b,) = prog.dims
+    B = prog.bounds[0]
+    with prog:
+        x = rt.placeholder(shape=(), dtype="float32", domain=(b,), name="x")
+        x[b] = rt.const(1.0) * b
+        rows = x[0:B].take(rt.const(np.array([2, 0], "int32")))
+        prog.output("rows", rows)
+    assert prog.compile(bounds={"B": 5}).run()["rows"].tolist() == [2.0, 0.0]
+    with pytest.raises(
+        ProgramTooLargeError, match=r"gathers from index#\d+ of shape \(3000000000,\)"
+    ):
+        prog.compile(bounds={"B": 3_000_000_000})

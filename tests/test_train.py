@@ -419,6 +419,22 @@ def test_out_of_memory_is_one_line_with_a_hint(tmp_path: Path, monkeypatch, caps
     assert "hint: lower --episodes" in err and "Traceback" not in err
 
 
+def test_a_run_too_large_for_the_memory_left_is_one_line_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Refused when compiled: run, it would be killed by the kernel (memory is overcommitted),
+    with its config.toml left behind."""
+    from rlsys.compiler.lower import memory_schedule
+
+    monkeypatch.setattr(memory_schedule, "available_bytes", lambda: 1024)
+    out = tmp_path / "run"
+    assert main(["train", "a2c", *SMALL, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "error: too large: a call of the compiled program needs" in err
+    assert "hint: lower --num-envs" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_eval_of_a_checkpoint_its_config_does_not_build_is_one_line(tmp_path, capsys) -> None:
     """A run trained with the MLP on images whose config.toml no longer says so (a folder
     from before `--network`, whose default now reads images with the CNN)."""

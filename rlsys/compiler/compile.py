@@ -9,6 +9,7 @@ for the next one (`heap.py`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ import jax
 import numpy as np
 
 from rlsys.compiler.code_pages import release_compiler_code
-from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
 from rlsys.compiler.heap import (
     THREAD_HEAP_BYTES,
     keep_freed_buffers,
@@ -79,6 +80,27 @@ def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, 
             f"prog.compile(bounds={{{', '.join(f'{m}: ...' for m in missing)}}})"
         )
     return bound_values
+
+
+INDEX_LIMIT = 2**31 - 1  # the longest axis JAX indexes (32-bit integers, without x64)
+
+
+def check_index_range(graph: Graph, bounds: Mapping[Bound, int]) -> None:
+    """Refuse a `take` from a tensor with more values at one point than JAX can index: the
+    gather flattens them into one axis (a minibatch's rows from a rollout, say), and tracing
+    such a program took minutes before JAX failed deep inside with an OverflowError."""
+    for take in graph:
+        if take.op != "take":
+            continue
+        node = graph[take.inputs[0].node]
+        shape = concrete_shape(node, bounds)
+        if math.prod(shape) > INDEX_LIMIT:
+            given = ", ".join(f"{b.name}={v:,}" for b, v in bounds.items())
+            raise ProgramTooLargeError(
+                f"{take.label()} gathers from {node.label()} of shape {shape} ({given}): "
+                f"{math.prod(shape):,} values, more than the {INDEX_LIMIT:,} that JAX's "
+                "32-bit indices reach"
+            )
 
 
 def input_specs(graph: Graph, bounds: Mapping[Bound, int]) -> dict[str, InputSpec]:
@@ -187,6 +209,8 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     bound_values = bind_bounds(graph, bounds)
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
+    if backend == "jax":
+        check_index_range(graph, bound_values)
     if backend == "ref":  # the specification runs the program as written, without passes
         schedule = build_schedule(graph, needed_nodes(graph))  # for its errors, as with jax
         host_batch = {

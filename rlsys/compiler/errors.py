@@ -22,3 +22,9 @@ class UnsplittableError(RecurrenceError):
     def __init__(self, devices: int, why: str) -> None:
         super().__init__(f"compile(devices={devices}): {why}. Compile it with devices=1")
         self.why = why
+
+
+class ProgramTooLargeError(RecurrenceError, MemoryError):
+    """A compiled program whose call needs more memory than the machine has free: running it
+    would get the process killed by the kernel, not a MemoryError (memory is overcommitted,
+    and fails only when touched)."""
