@@ -155,6 +155,8 @@ def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
     rows = _kept_rows(out / "metrics.csv", first)
     # The last mean episode return so far (none until an episode ends).
     last_return = [next((float(row[2]) for row in reversed(rows) if row[2]), None)]
+    # wall_seconds goes on from the run's last row: the training time of the whole run.
+    before = _float(rows[-1][5]) if rows else 0.0
     latest = [state]  # the loop state after the last call, and the last one saved
     saved = [state]
     scalars = ScalarLog(out)
@@ -175,7 +177,7 @@ def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
             last_return[0] = mean if episodes else last_return[0]
             rate = (steps - first * config.batch_size) / elapsed
             loss = float(outputs["loss"])
-            row = [i, steps, mean, int(episodes), loss, round(elapsed, 4), round(rate, 1)]
+            row = [i, steps, mean, int(episodes), loss, round(before + elapsed, 4), round(rate, 1)]
             writer.writerow(row)
             scalars.write(dict(zip(COLUMNS, row, strict=True)))
             progress.update(task, completed=steps, sps=rate, ret=_shown(last_return[0]))
@@ -231,6 +233,13 @@ def _stopped(algo: str, out: Path, state: LoopState | None, iterations: int) -> 
         return f"stopped before the first call ended; `{resume}` starts it again"
     return (f"stopped after iteration {state.done} of {iterations}, saved in "
             f"{out / CHECKPOINT}; continue with `{resume}`")  # fmt: skip
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def _shown(mean_return: float | None) -> str:

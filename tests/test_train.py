@@ -294,6 +294,24 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, monkey
     assert _learning_columns(part / "metrics.csv") == _learning_columns(whole / "metrics.csv")
     assert_events_match_metrics(part)
     assert json.loads((part / "summary.json").read_text())["resumed_at_iteration"] == 8
+    walls = [float(row["wall_seconds"]) for row in csv.DictReader((part / "metrics.csv").open())]
+    assert walls == sorted(walls) and len(walls) == 32  # the whole run's, not restarted
+
+
+def test_a_resumed_run_s_wall_seconds_go_on_from_its_last_row(tmp_path: Path, monkeypatch) -> None:
+    part = tmp_path / "part"
+    argv = ["train", "a2c", *SMALL, "--iterations-per-call", "4", "--checkpoint-every", "4",
+            "--out", str(part)]  # fmt: skip
+    _interrupt_after_first_checkpoint(argv, monkeypatch)
+    metrics = part / "metrics.csv"
+    rows = list(csv.reader(metrics.open()))
+    assert [row[0] for row in rows[1:]] == ["0", "1", "2", "3"]
+    rows[-1][5] = "1000.0"  # as if the first part had trained for 1,000 s
+    with metrics.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    assert main(["train", "a2c", "--resume", str(part), "--quiet"]) == 0
+    walls = [float(row["wall_seconds"]) for row in csv.DictReader(metrics.open())]
+    assert len(walls) == 16 and walls[3] == 1000.0 and 1000.0 < walls[4] < 1100.0
 
 
 def test_a_segmented_run_and_its_resumption_have_the_metrics_of_one_program(
