@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from rlsys.errors import UsageError
 from rlsys.stop_signals import StopRequests
 
 EXIT_USAGE = 2
+NEGATIVE_NUMBER = r"^-((\d+\.?\d*|\.\d+)(e[-+]?\d+)?|inf|infinity|nan)$"  # what float() reads
 
 
 def default_out_dir(verb: str) -> Path:
@@ -37,14 +39,26 @@ def make_out_dir(out: Path) -> Path:
     return out
 
 
-def _add_common_options(parser: argparse.ArgumentParser, writes: bool = True) -> None:
-    """--out and --seed (for a verb that `writes` results) and --quiet. --seed's default is
-    None so that a value from elsewhere (a config file) is used unless it is given."""
+def folder(text: str) -> Path:
+    """An argparse type for a folder option: an empty one would be Path(".") (the working
+    folder) and fill it with results."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a folder")
+    return Path(text)
+
+
+def _add_common_options(parser: argparse.ArgumentParser, writes: bool = True,
+                        seeded: bool = True, out_default: str = "runs/<verb>-<timestamp>",
+                        ) -> None:  # fmt: skip
+    """--out (for a verb that `writes` results), --seed (and `seeded`: one that draws random
+    numbers) and --quiet. --seed's default is None so that a value from elsewhere (a config
+    file) is used unless it is given."""
     if writes:
         parser.add_argument(
-            "--out", type=Path, default=None, metavar="DIR",
-            help="folder for the results (default: runs/<verb>-<timestamp>)",
+            "--out", type=folder, default=None, metavar="DIR",
+            help=f"folder for the results (default: {out_default})",
         )  # fmt: skip
+    if writes and seeded:
         parser.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     parser.add_argument("--quiet", action="store_true", help="print only errors and the result")
 
@@ -54,7 +68,7 @@ def add_compile_cache_options(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
-        "--compile-cache", type=Path, default=None, metavar="DIR",
+        "--compile-cache", type=folder, default=None, metavar="DIR",
         help=f"keep compiled programs in DIR, so that running one again skips XLA's "
              f"compilation (default: {default_directory()})",
     )  # fmt: skip
@@ -92,7 +106,13 @@ def _not_built(verb: str, issue: str) -> Callable[[argparse.Namespace], int]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors become one line plus a hint (exit code 2)."""
+    """argparse, but usage errors become one line plus a hint (exit code 2), and every
+    negative number is a value: argparse's own pattern takes `-1e-3` and `-inf` for options
+    (`--learning-rate -1e-3`: "expected one argument")."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(NEGATIVE_NUMBER, re.IGNORECASE)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
@@ -114,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="profile any RL script across the stack",
         description=profiler_cli.PROFILE_DESCRIPTION,
     )
-    _add_common_options(profile)
+    _add_common_options(profile, seeded=False)  # the script draws its own numbers
     profiler_cli.add_profile_arguments(profile)
     profile.set_defaults(run=profiler_cli.run_profile)
     planned = {
@@ -127,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = verbs.add_parser(
         "report", help="render or compare profiles", description=profiler_cli.REPORT_DESCRIPTION
     )
-    _add_common_options(report)
+    _add_common_options(report, seeded=False, out_default="the last DIR")
     profiler_cli.add_report_arguments(report)
     report.set_defaults(run=profiler_cli.run_report)
     from rlsys import train as train_cli

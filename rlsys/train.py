@@ -120,8 +120,22 @@ def read_config(path: Path, config_class) -> dict[str, Any]:
 def _parse_yaml(text: str) -> Any:
     import yaml
 
+    class UniqueKeys(yaml.SafeLoader):
+        """YAML's safe loader, refusing a key given twice (PyYAML keeps the last silently;
+        TOML refuses it too)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    where = f"line {key_node.start_mark.line + 1}"
+                    raise ValueError(f"option {key!r} is given twice ({where})")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        return yaml.safe_load(text) or {}
+        return yaml.load(text, Loader=UniqueKeys) or {}  # a SafeLoader: no objects built
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         if mark is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 from rlsys.cli import main
 
 VERBS = ["train", "profile", "sweep", "report", "bench"]
+SEEDED = {"train", "sweep", "bench"}
 
 
 @pytest.mark.parametrize("verb", VERBS)
@@ -18,8 +20,10 @@ def test_every_verb_has_help_with_the_common_options(verb: str, capsys) -> None:
         main([verb, "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--out", "--seed", "--quiet"):
+    for option in ("--out", "--quiet"):
         assert option in text
+    # --seed where the verb draws random numbers itself; a profiled script draws its own
+    assert bool(re.search(r"^\s+--seed", text, re.MULTILINE)) == (verb in SEEDED)
 
 
 @pytest.mark.parametrize("verb", ["sweep"])
@@ -45,6 +49,24 @@ def test_unknown_verb_and_wrong_type_exit_2(capsys) -> None:
     assert "invalid choice: 'fly'" in err
     assert "invalid int value: 'abc'" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["-1e-3", "-inf", "-Infinity", "-.5", "-2", "-nan"])
+def test_a_negative_number_is_a_value_not_an_option(value: str, capsys) -> None:
+    assert main(["train", "ppo", "--learning-rate", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --learning-rate "), err  # refused by its range, as a value
+    assert "expected one argument" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "ppo", "--compile-cache", ""], ["profile", "--out", "", "--", "true"],
+     ["eval", "runs/x", "--compile-cache", " "], ["train", "ppo", "--out", ""]],
+)  # fmt: skip
+def test_an_empty_folder_option_is_refused_not_the_working_folder(argv, capsys) -> None:
+    assert main(argv) == 2
+    assert "an empty path; give a folder" in capsys.readouterr().err
 
 
 def test_console_script_runs_as_a_process() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -139,6 +140,14 @@ def test_an_atari_evaluation_keeps_no_observation_per_step(ale, tmp_path, staged
     rows = {m: math.prod(s.shape[1:]) * s.dtype.itemsize for m, s in acting.stack_shapes.items()}
     assert rows and all(row < frame_bytes for row in rows.values()), rows
     assert acting.last_steps  # the returned observation, kept from the carry
+
+
+def test_a_process_s_first_game_prints_no_emulator_banner(ale) -> None:
+    """ale-py prints its banner once per process, at the first game: in a fresh one."""
+    code = "from rlsys.envs import atari; atari.register(); atari.make('ALE/Pong-v5').reset()"
+    made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert "Stella" not in made.stdout + made.stderr
 
 
 def test_atari_without_ale_py_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch) -> None:

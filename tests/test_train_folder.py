@@ -182,6 +182,7 @@ def test_a_yaml_config_file(tmp_path: Path) -> None:
         ("total_steps: [1\n", "cannot read config"),
         ("- 1\n- 2\n", "expected options as `name: value` lines"),
         ("learning_rate: fast\n", "learning_rate must be a number, not 'fast'"),
+        ("num_envs: 4\nseed: 1\nnum_envs: 8\n", "option 'num_envs' is given twice (line 3)"),
     ],
 )
 def test_a_bad_yaml_config_is_one_line(yaml, message, tmp_path: Path, capsys) -> None:

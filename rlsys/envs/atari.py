@@ -34,6 +34,9 @@ def register() -> None:
     except ImportError:
         raise RecurrenceError(f"Atari games need ale-py: {INSTALL}") from None
     gym.register_envs(ale_py)
+    # Not the emulator's banner ("[Powered by Stella]"), printed on stdout by the first game a
+    # process makes, even under --quiet; its warnings and errors still show.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
 
 
 def make(env_id: str):
