@@ -6,7 +6,10 @@ once would not be safe: the signal lands wherever the main thread is, and Python
 exception raised inside a callback (JAX's garbage-collection hook, seen in the first second
 of a run), so training went on to its end. A second signal stops at once (a call can take
 long). A checkpoint being written (`deferred`) is finished first, so that no signal leaves
-one half-written; a signal mask would not do, as JAX's threads would take the signal.
+one half-written; a signal mask would not do, as JAX's threads would take the signal. Once
+the run is stopping (Stopped raised), any further signal ends the process at once by the
+signal's default action: raised again on the way out (in `__exit__`, or in JAX's exit
+handlers), it printed a traceback instead.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class StopRequests:
         self._previous: dict[int, object] = {}
         self._deferring = False
         self._deferred: int | None = None  # a second signal while deferring
+        self._stopping = False  # Stopped was raised: the process is on its way out
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
@@ -47,19 +51,27 @@ class StopRequests:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, frame: object) -> None:
+        if self._stopping:  # already on its way out, with what it saved: end now
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self.requested is not None and self._deferring:
             self._deferred = signum
             return
         if self.requested is not None:
-            raise Stopped(exit_code=128 + signum)  # the second time: at once
+            self._stop(signum)  # the second time: at once
         self.requested = signum
         # os.write, not print: the handler may run in the middle of a print
         os.write(2, b"\nstopping after the call in progress (once more: at once)\n")
 
+    def _stop(self, signum: int, message: str = "") -> None:
+        self._stopping = True
+        raise Stopped(message, exit_code=128 + signum)
+
     def check(self, message: str) -> None:
         """Raise Stopped(message) if a signal asked to stop."""
         if self.requested is not None:
-            raise Stopped(message, exit_code=128 + self.requested)
+            self._stop(self.requested, message)
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
@@ -70,4 +82,4 @@ class StopRequests:
         finally:
             self._deferring = False
         if self._deferred is not None:
-            raise Stopped(exit_code=128 + self._deferred)
+            self._stop(self._deferred)

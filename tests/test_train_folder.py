@@ -8,6 +8,8 @@ import csv
 import json
 import os
 import signal
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -202,6 +204,26 @@ def test_a_diverged_run_stops_at_its_first_non_finite_loss(tmp_path: Path, capsy
     assert "the loss is nan, so training diverged" in err and "Traceback" not in err
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert np.isnan(float(rows[-1]["loss"])) and not (out / "summary.json").exists()
+
+
+STOPPING_THEN_SIGNALLED = """
+import os, signal
+from rlsys.stop_signals import Stopped, StopRequests
+with StopRequests() as stops:
+    os.kill(os.getpid(), signal.SIGINT)  # asks to stop
+    try:
+        stops.check("stopped")
+    except Stopped:
+        os.kill(os.getpid(), signal.SIGINT)  # on the way out, as in __exit__ or at exit
+        print("not ended")
+"""
+
+
+def test_a_signal_after_the_run_stopped_ends_the_process_without_a_traceback() -> None:
+    ended = subprocess.run([sys.executable, "-c", STOPPING_THEN_SIGNALLED], capture_output=True,
+                           text=True, check=False, timeout=60)  # fmt: skip
+    assert ended.returncode == -signal.SIGINT and ended.stdout == ""
+    assert ended.stderr.strip() == "stopping after the call in progress (once more: at once)"
 
 
 def test_a_second_signal_while_the_checkpoint_is_written_waits_for_it(
