@@ -16,7 +16,7 @@ import json
 import math
 import os
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,8 @@ def _parse_yaml(text: str) -> Any:
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):
+                    continue  # PyYAML's own error says so
                 if key in seen:
                     where = f"line {key_node.start_mark.line + 1}"
                     raise ValueError(f"option {key!r} is given twice ({where})")
