@@ -188,6 +188,11 @@ def _out_of_memory(err: BaseException) -> bool:
     return type(err).__module__.startswith("jax") and "RESOURCE_EXHAUSTED" in str(err)
 
 
+def _see_help(args: argparse.Namespace | None) -> str:
+    verb = getattr(args, "verb", None)
+    return f"see `rlsys {verb} --help`" if verb else "see `rlsys --help`"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `rlsys train` stops on Ctrl-C or SIGTERM where it can checkpoint; its handlers go in
@@ -211,12 +216,12 @@ def _main(argv: list[str], stops: StopRequests | None) -> int:
         return int(args.run(args) or 0)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
-        if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
+        print(f"hint: {err.hint or _see_help(args)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as err:
         if isinstance(err, RecurrenceError) and not isinstance(err, MemoryError):
             print(f"error: {err}", file=sys.stderr)  # a program that cannot be built
+            print(f"hint: {_see_help(args)}", file=sys.stderr)
             return EXIT_USAGE
         if not _out_of_memory(err):
             raise

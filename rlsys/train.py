@@ -4,7 +4,7 @@ The folder (`--out`, default runs/train-<timestamp>; new or empty) holds `config
 configuration as run, under a comment naming the algorithm), `metrics.csv` (one row per
 iteration), TensorBoard event files of the same metrics, `checkpoint.npz` and, written last,
 `summary.json`; a folder without `summary.json` is from a run that did not finish (one that
-failed before training, on a bad environment say, leaves nothing in it).
+failed before its first checkpoint, on a bad environment say, leaves nothing in it).
 """
 
 from __future__ import annotations
@@ -242,15 +242,23 @@ def _locked(out: Path) -> Iterator[None]:
         os.close(handle)  # and with it the lock
 
 
-def _remove_untrained(out: Path, created: bool) -> None:
-    """A run that failed before training leaves no trace: its config.toml goes, and the
-    folder if it made it. Never an error that would hide the failure's own (the folder may
-    have been removed or filled meanwhile)."""
+def _remove_unsaved(out: Path, created: bool, failed: bool) -> None:
+    """A new run that saved nothing leaves no trace: its files go (config.toml only, if it
+    was stopped after training started: `--resume` starts that one again), and the folder
+    if it made it; then the same command, corrected, can run in it. Never an error that
+    would hide the failure's own (the folder may have been removed or filled meanwhile)."""
+    from rlsys.scalar_log import EVENT_FILE_GLOB
+    from rlsys.training import CHECKPOINT
+
     with contextlib.suppress(OSError):
-        if [p.name for p in out.iterdir()] == ["config.toml"]:
-            (out / "config.toml").unlink()
-            if created:
-                out.rmdir()
+        files = {p.name for p in out.iterdir()}
+        ours = {"config.toml", "metrics.csv", *(p.name for p in out.glob(EVENT_FILE_GLOB))}
+        if CHECKPOINT in files or not files <= ours or (not failed and files != {"config.toml"}):
+            return
+        for name in files:
+            (out / name).unlink()
+        if created:
+            out.rmdir()
 
 
 def _final_return(summary: dict) -> str:
@@ -289,9 +297,9 @@ def run(args: argparse.Namespace) -> int:
                 summary = train(args.algo, config, out, quiet=args.quiet,
                                 resume=args.resume is not None,
                                 stops=getattr(args, "stops", None))  # fmt: skip
-        except BaseException:
+        except BaseException as err:
             if args.resume is None:
-                _remove_untrained(out, created)
+                _remove_unsaved(out, created, failed=not isinstance(err, KeyboardInterrupt))
             raise
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(

@@ -142,9 +142,7 @@ def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
                 devices=devices,
             )
         except UnsplittableError as err:
-            hint = "train with --devices 1, or auto to split where it can"
-            raise UsageError(f"--devices {config.devices}: {algo} on {config.env}: {err.why}",
-                             hint=hint) from None  # fmt: skip
+            raise _unsplittable(algo, config, err) from None
         per_call = executable.iterations_per_call  # the compiler may choose another
     compiled = time.perf_counter()
     stops.check("stopped before training started")
@@ -224,6 +222,19 @@ def _train(algo: str, config: Any, out: Path, quiet: bool, resume: bool,
         "final_episode_return": last_return[0],
         "placement": executable.placement,  # where the iterations ran (--devices)
     }
+
+
+def _unsplittable(algo: str, config: Any, err: UnsplittableError) -> UsageError:
+    """--devices N for a program that cannot split, in the user's terms: the compiler's
+    reasons name nodes of the program, for its developers."""
+    if err.host_ops:
+        why = "its environments run on the host (gymnax and trivial ones split)"
+    else:
+        why = ("its update reads every environment's steps together (A2C and REINFORCE "
+               "split; PPO's shuffled minibatches and DQN's replay do not)")  # fmt: skip
+    return UsageError(f"--devices {config.devices}: {algo} on {config.env} cannot be split "
+                      f"over devices: {why}",
+                      hint="train with --devices 1, or auto to split where it can")  # fmt: skip
 
 
 def _stopped(algo: str, out: Path, state: LoopState | None, iterations: int) -> str:

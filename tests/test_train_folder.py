@@ -196,14 +196,30 @@ def test_a_bad_yaml_config_is_one_line(yaml, message, tmp_path: Path, capsys) ->
 
 def test_a_diverged_run_stops_at_its_first_non_finite_loss(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    argv = ["train", "ppo", "--env", "gymnax:Pendulum-v1", "--learning-rate", "1000",
+    argv = ["train", "ppo", "--env", "gymnax:Pendulum-v1", "--learning-rate", "10",
             "--max-grad-norm", "inf", "--total-steps", "2048", "--num-envs", "4",
             "--num-steps", "32", "--quiet", "--out", str(out)]  # fmt: skip
-    assert main(argv) == 2
+    assert main([*argv, "--checkpoint-every", "1", "--iterations-per-call", "1"]) == 2
     err = capsys.readouterr().err
     assert "the loss is nan, so training diverged" in err and "Traceback" not in err
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert np.isnan(float(rows[-1]["loss"])) and not (out / "summary.json").exists()
+    assert len(rows) == 2 and (out / "checkpoint.npz").exists()  # what it saved stays
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path: Path,
+                                                                       capsys) -> None:  # fmt: skip
+    """It saved nothing to resume from: the same command, corrected, can use the folder."""
+    out = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "gymnax:Pendulum-v1", "--max-grad-norm", "inf",
+            "--total-steps", "2048", "--num-envs", "4", "--num-steps", "32", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--learning-rate", "1e30"]) == 2
+    assert "so training diverged" in capsys.readouterr().err and not out.exists()
+    out.mkdir()  # an empty folder of the user's stays, empty
+    assert main([*argv, "--learning-rate", "1e30"]) == 2
+    assert out.is_dir() and list(out.iterdir()) == []
+    assert main([*argv, "--learning-rate", "1e-3"]) == 0
 
 
 STOPPING_THEN_SIGNALLED = """

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 import rlsys.rt as rt
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.envs import EnvpoolEnv, GymnasiumEnv, GymnaxEnv, TrivialEnv
 from rlsys.errors import UsageError
 
@@ -42,14 +43,23 @@ class AlgoProgram:
     stops: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
+ENV_HINT = ("environments are gymnax:<id>, gymnasium:<id> (Atari: gymnasium:ALE/<Game>-v5), "
+            "envpool:<id> or trivial:<spec>, with Box observations and Discrete or Box "
+            "actions")  # fmt: skip
+
+
 def make_env(cfg) -> Env:
-    if cfg.env_backend == "gymnax":
-        return GymnaxEnv(cfg.env_id)
-    if cfg.env_backend == "trivial":
-        return TrivialEnv(cfg.env_id)
-    if cfg.env_backend == "envpool":
-        return EnvpoolEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
-    return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
+    """The environment of a config's --env; one it cannot make is a usage error."""
+    try:
+        if cfg.env_backend == "gymnax":
+            return GymnaxEnv(cfg.env_id)
+        if cfg.env_backend == "trivial":
+            return TrivialEnv(cfg.env_id)
+        if cfg.env_backend == "envpool":
+            return EnvpoolEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
+        return GymnasiumEnv(cfg.env_id, cfg.num_envs, seed=cfg.seed)
+    except RecurrenceError as err:
+        raise UsageError(str(err), hint=ENV_HINT) from None
 
 
 def conv_torso(env: Env, cfg, seed: int):

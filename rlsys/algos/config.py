@@ -96,7 +96,8 @@ class CommonConfig:
             raise UsageError(
                 f"--env {self.env!r}: expected BACKEND:ID with BACKEND one of "
                 f"{', '.join(ENV_BACKENDS)}",
-                hint="e.g. --env gymnax:CartPole-v1 or --env gymnasium:CartPole-v1",
+                hint="e.g. --env gymnax:CartPole-v1 or --env gymnasium:CartPole-v1"
+                + (f" (Atari: --env gymnasium:{self.env})" if self.env.startswith("ALE/") else ""),
             )
         self._check_finite()
         for name in ("num_envs", "num_steps", "hidden_size", "hidden_layers",
@@ -106,7 +107,8 @@ class CommonConfig:
         if self.num_iterations < 1:
             raise UsageError(
                 f"--total-steps {self.total_steps} is less than one iteration "
-                f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})"
+                f"({self.num_envs} envs x {self.num_steps} steps = {self.batch_size})",
+                hint=f"pass --total-steps {self.batch_size} or more, or fewer envs or steps",
             )
         if self.batch_size > INT32_MAX:
             raise UsageError(

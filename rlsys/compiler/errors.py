@@ -17,11 +17,12 @@ class IndexExprError(RecurrenceError):
 
 class UnsplittableError(RecurrenceError):
     """`compile(devices=N)` of a program that cannot be split over N devices; `why` says
-    what stops each way of splitting it."""
+    what stops each way of splitting it, `host_ops` whether host ops (a host environment)
+    do."""
 
-    def __init__(self, devices: int, why: str) -> None:
+    def __init__(self, devices: int, why: str, host_ops: bool = False) -> None:
         super().__init__(f"compile(devices={devices}): {why}. Compile it with devices=1")
-        self.why = why
+        self.why, self.host_ops = why, host_ops
 
 
 class ProgramTooLargeError(RecurrenceError, MemoryError):

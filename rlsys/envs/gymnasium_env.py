@@ -91,16 +91,19 @@ class GymnasiumEnv:
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         self.vector, obs_space, action_space, self.max_episode_steps = self._make_vector()
         if not isinstance(obs_space, gym.spaces.Box):
-            raise RecurrenceError(f"{env_id}: observations of type {type(obs_space).__name__} "
-                                  "are not supported (Box only)")  # fmt: skip
+            raise RecurrenceError(
+                f"gymnasium environment {env_id!r}: observations of type "
+                f"{type(obs_space).__name__} are not supported (Box only)"
+            )
         if isinstance(action_space, gym.spaces.Discrete):
             self.num_actions, self.action_shape = int(action_space.n), ()
         elif isinstance(action_space, gym.spaces.Box):
             self.num_actions, self.action_shape = None, tuple(action_space.shape)
             self._low, self._high = action_space.low, action_space.high
         else:
-            raise RecurrenceError(f"{env_id}: actions of type {type(action_space).__name__} "
-                                  "are not supported (Discrete or Box)")  # fmt: skip
+            raise RecurrenceError(f"gymnasium environment {env_id!r}: actions of type "
+                                  f"{type(action_space).__name__} are not supported "
+                                  "(Discrete or Box)")  # fmt: skip
         self.obs_shape = tuple(obs_space.shape)
         # Frames (Atari's) stay bytes, a quarter of float32's memory in the rollout's stacks;
         # the networks scale them (`obs_vectors`). A step's row is then bytes, its reward,

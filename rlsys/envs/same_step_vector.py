@@ -41,7 +41,7 @@ class SameStepVector(gym.vector.VectorEnv):
         self._as_ints = isinstance(first.action_space, gym.spaces.Discrete)
         if first.observation_space.shape is None:  # Tuple, Dict, ...: no array to fill
             raise ValueError(f"observations of type {type(first.observation_space).__name__} "
-                             "are not supported (array spaces only, such as Box)")  # fmt: skip
+                             "are not supported (Box only)")  # fmt: skip
         self._dtype = first.observation_space.dtype
         self._obs = np.zeros((self.num_envs, *first.observation_space.shape), self._dtype)
 

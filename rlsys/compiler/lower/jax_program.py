@@ -69,6 +69,7 @@ IterationCallback = Callable[[int, dict[str, np.ndarray]], bool | None]
 # where running sets more of the peak, and there they cost 10-15% in speed (envs=512: 116
 # against 103 ms per iteration, alternating in one process).
 SEGMENTED_TEMPORARIES = 56 * 2**20
+HOST_OPS = "it has host ops"  # why a program with host ops cannot be split
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ class JaxExecutable:
     def unsplittable(self) -> str:
         """Why no compilation of this program can split its iterations ("" if one can)."""
         if any(has_host(self.ir, step) for step in self.schedule.steps):
-            return "it has host ops"
+            return HOST_OPS
         return "" if self.host_loop else "it has no loop over its iterations"
 
     def _split(self, devices: int) -> Split | None:
@@ -198,7 +199,9 @@ class JaxExecutable:
         why = self.unsplittable()
         if why:
             raise UnsplittableError(
-                devices, f"a split runs each device's share of every iteration, and {why}"
+                devices,
+                f"a split runs each device's share of every iteration, and {why}",
+                host_ops=why == HOST_OPS,
             )
         return plan_split(self.ir, self.schedule, self.bounds, devices, self.ir.dims[0])
 
