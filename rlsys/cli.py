@@ -25,7 +25,20 @@ NEGATIVE_NUMBER = r"^-((\d+\.?\d*|\.\d+)(e[-+]?\d+)?|inf|infinity|nan)$"  # what
 
 
 def default_out_dir(verb: str) -> Path:
-    return Path("runs") / f"{verb}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """A new folder runs/<verb>-<timestamp>, made now: two runs started in the same second
+    get -2, -3, ... rather than one folder (mkdir claims it atomically)."""
+    base = Path("runs") / f"{verb}-{time.strftime('%Y%m%d-%H%M%S')}"
+    k = 1
+    while True:
+        out = base if k == 1 else base.with_name(f"{base.name}-{k}")
+        try:
+            out.mkdir(parents=True)
+            return out
+        except FileExistsError:
+            k += 1
+        except OSError as err:
+            raise UsageError(f"cannot create {out}: {err.strerror}",
+                             hint="pass --out DIR, a folder you can write") from None  # fmt: skip
 
 
 def make_out_dir(out: Path) -> Path:

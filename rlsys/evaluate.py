@@ -98,11 +98,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-steps must be at least 1")
     checkpoint = args.run_dir / CHECKPOINT
     if not args.run_dir.is_dir():
-        raise UsageError(f"{args.run_dir}: no such folder",
+        what = "not a folder" if args.run_dir.exists() else "no such folder"
+        raise UsageError(f"{args.run_dir}: {what}",
                          hint="evaluate a folder written by `rlsys train`")  # fmt: skip
     if not checkpoint.exists():
-        raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}",
-                         hint="evaluate a folder written by `rlsys train`")  # fmt: skip
+        from rlsys.train import config_algo
+
+        algo = config_algo(args.run_dir / "config.toml")
+        hint = (f"its run stopped before saving one: continue it with `rlsys train {algo} "
+                f"--resume {args.run_dir}`" if algo else "evaluate a folder written by "
+                "`rlsys train`")  # fmt: skip
+        raise UsageError(f"{args.run_dir} holds no {CHECKPOINT}", hint=hint)
     algo = checkpoint_algo(checkpoint)
     config_class = ALGORITHMS[algo][0]
     config = config_class(**read_config(args.run_dir / "config.toml", config_class)).validate()
@@ -115,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     with compile_cache(args):
         returns = evaluate(config, final["params"], args.episodes, greedy=not args.stochastic,
                            obs_stats=obs_stats, max_steps=args.max_steps)  # fmt: skip
-    print(f"{algo} on {config.env}: mean return {returns.mean():.1f} ± {returns.std():.1f} "
-          f"over {args.episodes} episodes ({'sampled' if args.stochastic else 'greedy'} "
-          "actions)")  # fmt: skip
+    mean, std = round(float(returns.mean()), 1) + 0.0, returns.std()  # + 0.0: no "-0.0"
+    episodes = f"{args.episodes} episode{'s' if args.episodes > 1 else ''}"
+    print(f"{algo} on {config.env}: mean return {mean:.1f} ± {std:.1f} over {episodes} "
+          f"({'sampled' if args.stochastic else 'greedy'} actions)")  # fmt: skip
     return 0

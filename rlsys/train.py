@@ -269,26 +269,24 @@ def _final_return(summary: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlsys.cli import default_out_dir
+    from rlsys.cli import compile_cache, default_out_dir, make_out_dir
 
     if args.algo not in ALGORITHMS:
         config_from_args(args)  # raises the unknown-algorithm error
     if args.resume is not None:
         config, out = _resumed_config(args), args.resume
     else:
-        config = config_from_args(args)
-        out = args.out or default_out_dir("train")
-    if (out / "summary.json").exists():
+        config, out = config_from_args(args), args.out
+    if out is not None and (out / "summary.json").exists():
         hint = "there is nothing left to run" if args.resume else "pass a new --out DIR"
         raise UsageError(f"{out} already holds a finished run", hint=hint)
-    if args.resume is None:
+    if out is not None and args.resume is None:
         _check_new_out(out)
-    from rlsys.cli import compile_cache, make_out_dir
     from rlsys.training import train  # before the folder: a Ctrl-C here leaves none
 
     cache = compile_cache(args)
-    created = not out.exists()
-    make_out_dir(out)
+    created = out is None or not out.exists()
+    out = make_out_dir(out) if out is not None else default_out_dir("train")
     with _locked(out):
         if args.resume is None:
             write_toml(dataclasses.asdict(config), out / "config.toml", args.algo)
@@ -302,8 +300,12 @@ def run(args: argparse.Namespace) -> int:
                 _remove_unsaved(out, created, failed=not isinstance(err, KeyboardInterrupt))
             raise
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    resumed = summary["resumed_at_iteration"] * config.batch_size
+    steps = f"{summary['env_steps']:,} env steps"
+    if resumed:  # the time and rate are this process's
+        steps += f" ({summary['env_steps'] - resumed:,} since resuming)"
     print(
-        f"trained {args.algo} on {config.env}: {summary['env_steps']:,} env steps in "
+        f"trained {args.algo} on {config.env}: {steps} in "
         f"{summary['train_seconds']:.1f} s ({summary['env_steps_per_second']:,.0f} steps/s, "
         f"after {summary['compile_seconds']:.1f} s of compilation), {_final_return(summary)}; "
         f"results in {out}"

@@ -241,6 +241,12 @@ def test_a_summary_with_a_field_missing_or_out_a_file_is_one_line(rl_profile, tm
     (tmp_path / "file").write_text("")
     assert main(["report", str(out), "--out", str(tmp_path / "file")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    blocked = tmp_path / "blocked"
+    (blocked / "breakdown.png").mkdir(parents=True)  # a folder where the plot goes
+    assert main(["report", str(out), "--out", str(blocked), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"error: cannot write {blocked / 'breakdown.png'}: Is a directory")
+    assert err[1].startswith("hint: free some disk space, or pass another --out") and len(err) == 2
 
 
 @pytest.mark.parametrize(
@@ -256,7 +262,7 @@ def test_a_summary_with_a_field_missing_or_out_a_file_is_one_line(rl_profile, tm
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], tmp_path: Path, capsys) -> None:
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ")
+    assert len(err) == 2 and err[0].startswith("error: ") and err[1].startswith("hint: ")
 
 
 def test_profile_without_a_command_is_a_usage_error(capsys) -> None:

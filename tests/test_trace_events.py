@@ -83,6 +83,17 @@ def test_missing_footer_loads_as_partial(tmp_path: Path) -> None:
     assert [e.name for e in loaded.events] == ["op0", "op1"]
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_a_full_disk_stops_the_recording_with_a_warning_not_the_program(capsys) -> None:
+    writer = SessionWriter("/dev/full", make_process())  # every write: no space left
+    writer.write_events(make_session().events)
+    writer.write_event_lines(['["op"]\n'])
+    writer.close()
+    assert writer.failed and writer.closed
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert warnings == ["rlsys: recording stopped: cannot write /dev/full: No space left on device"]
+
+
 @settings(max_examples=60, deadline=None)
 @given(cut=st.integers(min_value=0, max_value=10_000))
 def test_any_cut_after_the_header_loads_a_prefix(tmp_path_factory, cut: int) -> None:

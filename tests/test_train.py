@@ -308,7 +308,8 @@ def test_resume_gives_the_metrics_of_an_uninterrupted_run(tmp_path: Path, monkey
     assert walls == sorted(walls) and len(walls) == 32  # the whole run's, not restarted
 
 
-def test_a_resumed_run_s_wall_seconds_go_on_from_its_last_row(tmp_path: Path, monkeypatch) -> None:
+def test_a_resumed_run_s_wall_seconds_go_on_from_its_last_row(tmp_path: Path, monkeypatch,
+                                                               capsys) -> None:  # fmt: skip
     part = tmp_path / "part"
     argv = ["train", "a2c", *SMALL, "--iterations-per-call", "4", "--checkpoint-every", "4",
             "--out", str(part)]  # fmt: skip
@@ -319,7 +320,9 @@ def test_a_resumed_run_s_wall_seconds_go_on_from_its_last_row(tmp_path: Path, mo
     rows[-1][5] = "1000.0"  # as if the first part had trained for 1,000 s
     with metrics.open("w", newline="") as handle:
         csv.writer(handle).writerows(rows)
+    capsys.readouterr()
     assert main(["train", "a2c", "--resume", str(part), "--quiet"]) == 0
+    assert "2,048 env steps (1,536 since resuming) in " in capsys.readouterr().out
     walls = [float(row["wall_seconds"]) for row in csv.DictReader(metrics.open())]
     assert len(walls) == 16 and walls[3] == 1000.0 and 1000.0 < walls[4] < 1100.0
 
@@ -429,6 +432,12 @@ def test_eval_needs_a_checkpoint(tmp_path: Path, capsys) -> None:
     assert "holds no checkpoint.npz" in capsys.readouterr().err
     assert main(["eval", str(tmp_path / "none")]) == 2
     assert "none: no such folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["eval", str(tmp_path / "file")]) == 2
+    assert "file: not a folder" in capsys.readouterr().err
+    (tmp_path / "config.toml").write_text("# rlsys train a2c: the configuration\nseed = 0\n")
+    assert main(["eval", str(tmp_path)]) == 2  # a run stopped before its first checkpoint
+    assert f"continue it with `rlsys train a2c --resume {tmp_path}`" in capsys.readouterr().err
 
 
 def test_out_of_memory_is_one_line_with_a_hint(tmp_path: Path, monkeypatch, capsys) -> None:

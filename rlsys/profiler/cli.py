@@ -67,11 +67,17 @@ class _UsageError(Exception):
         self.hint = hint
 
 
-def _fail(err: BaseException, hint: str | None = None) -> int:
+def _fail(err: BaseException, hint: str | None = None, verb: str = "profile") -> int:
     print(f"error: {err}", file=sys.stderr)
-    if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+    print(f"hint: {hint or f'see `rlsys {verb} --help`'}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _unwritable(err: OSError) -> int:
+    """Results that could not be written (a full disk, a folder where a file goes)."""
+    where = f" {err.filename}" if err.filename else ""
+    return _fail(f"cannot write{where}: {err.strerror or err}",
+                 hint="free some disk space, or pass another --out DIR")  # fmt: skip
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,15 +118,19 @@ def run_profile(args: argparse.Namespace) -> int:
         return _fail(err, err.hint)
     except (CommandError, CalibrationError) as err:
         return _fail(err)
+    except OSError as err:
+        return _unwritable(err)
 
 
 def run_report(args: argparse.Namespace) -> int:
     try:
         return _report(args)
     except _UsageError as err:
-        return _fail(err, err.hint)
+        return _fail(err, err.hint, verb="report")
     except SummaryError as err:
-        return _fail(err)
+        return _fail(err, verb="report")
+    except OSError as err:
+        return _unwritable(err)
 
 
 def _command(args: argparse.Namespace) -> list[str]:
@@ -146,7 +156,7 @@ def _profile(args: argparse.Namespace) -> int:
     command = _command(args)
     if args.max_seconds is not None and not args.max_seconds > 0:
         raise _UsageError(f"--max-seconds must be positive, not {args.max_seconds:g}")
-    out = args.out or Path("runs") / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or _new_default_folder()
     trace_dir = out / "trace"
     if trace_dir.is_dir() and any(trace_dir.glob("*.jsonl")):
         raise _UsageError(f"{out} already holds a profile", hint="pass a new --out DIR")
@@ -277,6 +287,23 @@ def _report(args: argparse.Namespace) -> int:
     if not args.quiet:
         screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)
     return 0
+
+
+def _new_default_folder() -> Path:
+    """runs/profile-<timestamp>, made now (`rlsys.cli.default_out_dir`'s twin): a second
+    profile started in the same second gets -2, -3, ..., not the first one's folder."""
+    base = Path("runs") / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
+    k = 1
+    while True:
+        out = base if k == 1 else base.with_name(f"{base.name}-{k}")
+        try:
+            out.mkdir(parents=True)
+            return out
+        except FileExistsError:
+            k += 1
+        except OSError as err:
+            raise _UsageError(f"cannot create {out}: {err.strerror or err}",
+                              hint="pass --out DIR, a folder you can write") from None  # fmt: skip
 
 
 def _made_folder(out: Path) -> Path:

@@ -174,20 +174,36 @@ def _dump_line(record: list[Any]) -> str:
 
 
 class SessionWriter:
-    """Streams a session to disk: header at open, batches of records, footer at close."""
+    """Streams a session to disk: header at open, batches of records, footer at close.
+
+    A write that fails (a full disk) stops the recording with one warning on stderr and
+    leaves the file without its footer (a partial profile): it runs inside the traced
+    program, which must not die of its profiler's disk."""
 
     def __init__(self, path: str | os.PathLike[str], process: ProcessInfo) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO | None = self.path.open("w", encoding="utf-8")
         self._events_written = 0
+        self.failed = False
         self._write([[FORMAT_NAME, FORMAT_VERSION], ["process", asdict(process)]])
 
     def _write(self, records: Iterable[list[Any]]) -> None:
+        self._append("".join(_dump_line(r) for r in records))
+
+    def _append(self, text: str) -> None:
+        if self.failed:
+            return
         if self._file is None:
             raise ValueError(f"session writer for {self.path} is already closed")
-        self._file.write("".join(_dump_line(r) for r in records))
-        self._file.flush()
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except OSError as err:
+            self.failed = True
+            self.abandon()
+            sys.stderr.write(f"rlsys: recording stopped: cannot write {self.path}: "
+                             f"{err.strerror or err}\n")  # fmt: skip
 
     def write_events(self, events: Iterable[Event]) -> None:
         records = [e.to_record() for e in events]
@@ -197,11 +213,8 @@ class SessionWriter:
     def write_event_lines(self, lines: list[str], events: int | None = None) -> None:
         """Append event records already formatted as JSON lines (the recorder's fast path);
         `events`: how many events they hold (default: one per line)."""
-        if self._file is None:
-            raise ValueError(f"session writer for {self.path} is already closed")
         self._events_written += len(lines) if events is None else events
-        self._file.write("".join(lines))
-        self._file.flush()
+        self._append("".join(lines))
 
     def write_thread(self, pid: int, tid: int, name: str) -> None:
         self._write([["thread", pid, tid, name]])
@@ -213,6 +226,7 @@ class SessionWriter:
     def close(self) -> None:
         if self._file is not None:
             self._write([["end", {"events": self._events_written}]])
+        if self._file is not None:  # (a failed write closed it)
             self._file.close()
             self._file = None
 
