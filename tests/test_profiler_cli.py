@@ -208,6 +208,28 @@ def test_sigint_is_forwarded_and_the_profile_is_partial(tmp_path: Path) -> None:
     assert summary["operations"]["work"]["calls"] > 0
 
 
+def test_a_command_that_ignores_sigint_is_sent_sigterm_at_the_third(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "import signal\nsignal.signal(signal.SIGINT, "
+                          "signal.SIG_IGN)\n" + textwrap.dedent(LOOP_FOREVER))  # fmt: skip
+    out = tmp_path / "p"
+    profiler = subprocess.Popen(
+        [sys.executable, "-m", "rlsys.cli", "profile", "--quiet", "--out", str(out), "--",
+         str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert profiler.stdout.readline().strip() == "ready"
+        for _ in range(3):
+            os.kill(profiler.pid, signal.SIGINT)
+            time.sleep(0.3)
+        _, err = profiler.communicate(timeout=60)
+    finally:
+        profiler.kill()
+    assert profiler.returncode == 128 + signal.SIGTERM
+    assert "the command goes on: SIGTERM (once more: SIGKILL)" in err
+    assert load_summary(out)["stopped_by"] == "interrupt"
+
+
 def test_report_compares_two_profiles(rl_profile, tmp_path: Path, capsys) -> None:
     out, _ = rl_profile
     other = tmp_path / "other"
@@ -263,6 +285,14 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], tmp_path: Path, capsy
     assert main([a.format(tmp=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and err[0].startswith("error: ") and err[1].startswith("hint: ")
+
+
+def test_a_profile_that_could_not_start_leaves_no_folder(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "p"
+    assert main(["profile", "--out", str(out), "--", "rlsys-no-such-command"]) == 2
+    assert main(["profile", "--out", str(out), "--calibrate", "--calibration-runs", "0", "--",
+                 "python", "-c", "pass"]) == 2  # fmt: skip
+    assert "cannot start" in capsys.readouterr().err and not out.exists()
 
 
 def test_profile_without_a_command_is_a_usage_error(capsys) -> None:

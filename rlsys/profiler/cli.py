@@ -35,6 +35,7 @@ errors itself, in the format of `rlsys.cli`: `error: ...` (and `hint: ...`), exi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -151,16 +152,33 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from rlsys.trace import Session
-
     command = _command(args)
     if args.max_seconds is not None and not args.max_seconds > 0:
         raise _UsageError(f"--max-seconds must be positive, not {args.max_seconds:g}")
+    if args.calibrate:
+        _check_calibration_options(args)
+    if (
+        args.out is not None
+        and (args.out / "trace").is_dir()
+        and any((args.out / "trace").glob("*.jsonl"))
+    ):
+        raise _UsageError(f"{args.out} already holds a profile", hint="pass a new --out DIR")
+    created = args.out is None or not args.out.exists()
     out = args.out or _new_default_folder()
-    trace_dir = out / "trace"
-    if trace_dir.is_dir() and any(trace_dir.glob("*.jsonl")):
-        raise _UsageError(f"{out} already holds a profile", hint="pass a new --out DIR")
-    _made_folder(trace_dir)
+    trace_dir = _made_folder(out / "trace")
+    try:
+        return _profile_into(args, command, out, trace_dir)
+    except (CommandError, CalibrationError):  # nothing profiled: no folder left behind
+        with contextlib.suppress(OSError):
+            trace_dir.rmdir()
+            if created:
+                out.rmdir()
+        raise
+
+
+def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
+                  trace_dir: Path) -> int:  # fmt: skip
+    from rlsys.trace import Session
 
     calibration = _calibration(command, args) if args.calibrate else None
     sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
@@ -187,10 +205,7 @@ def _profile(args: argparse.Namespace) -> int:
                           calibration)  # fmt: skip
 
 
-def _calibration(command: list[str], args: argparse.Namespace):
-    """The cached calibration of `command`, or a new one (cached); one line per run to stderr."""
-    from rlsys.profiler import calibrate
-
+def _check_calibration_options(args: argparse.Namespace) -> None:
     if args.calibration_runs < 1:
         raise _UsageError(f"--calibration-runs must be at least 1, not {args.calibration_runs}")
     if args.max_seconds is not None:
@@ -198,6 +213,12 @@ def _calibration(command: list[str], args: argparse.Namespace):
             "--calibrate needs the command to run to its end (the same work in every run)",
             hint="drop --max-seconds, or make the command itself shorter",
         )
+
+
+def _calibration(command: list[str], args: argparse.Namespace):
+    """The cached calibration of `command`, or a new one (cached); one line per run to stderr."""
+    from rlsys.profiler import calibrate
+
     if not args.recalibrate:
         cached = calibrate.load_cached(command)
         if cached is not None:

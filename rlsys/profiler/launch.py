@@ -8,7 +8,9 @@ Signals: SIGINT and SIGTERM sent to `rlsys profile` go to the child, which ends 
 on its own (Python raises KeyboardInterrupt, closes its trace at exit); the profile is then
 marked partial. Ctrl-C in a terminal already reaches the child, which shares our process
 group, so the first SIGINT is not forwarded when our process group is the terminal's
-foreground group; any later one is. `max_seconds`: SIGINT at the limit, SIGTERM `GRACE_S`
+foreground group; any later one is, and a third is sent as SIGTERM, a fourth as SIGKILL (a
+command that ignores SIGINT would otherwise hold `rlsys profile` until it is itself killed,
+and go on running without it). `max_seconds`: SIGINT at the limit, SIGTERM `GRACE_S`
 later, SIGKILL `GRACE_S` after that (a killed process leaves its trace loadable, partial).
 What we send goes to the child's descendants too (its own workers, which a terminal's Ctrl-C
 reaches as members of the group), and any of them still running once the child has ended
@@ -39,6 +41,7 @@ from rlsys.trace.annotate import TRACE_DIR_ENV
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 GRACE_S = 5.0
+FORWARDED_SIGNALS = 2  # then the next is sent as SIGTERM, and any after it as SIGKILL
 POLL_S = 0.05
 
 
@@ -98,6 +101,11 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
         first_ctrl_c = signum == signal.SIGINT and state["signals"] == 1
         if first_ctrl_c and _terminal_sends_to_our_group():
             return
+        if state["signals"] > FORWARDED_SIGNALS:  # a command that will not stop
+            stronger = signal.SIGTERM if state["signals"] == FORWARDED_SIGNALS + 1 else None
+            os.write(2, b"\nrlsys profile: the command goes on: SIGTERM (once more: SIGKILL)\n"
+                     if stronger else b"\nrlsys profile: SIGKILL\n")  # fmt: skip
+            signum = stronger or signal.SIGKILL
         send(signum)
 
     previous = _install(forward)
