@@ -263,6 +263,14 @@ def test_a_summary_with_a_field_missing_or_out_a_file_is_one_line(rl_profile, tm
     (tmp_path / "file").write_text("")
     assert main(["report", str(out), "--out", str(tmp_path / "file")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    other = tmp_path / "other-profile"
+    other.mkdir()
+    (other / "summary.json").write_text("{}")  # another profile's, or another tool's
+    assert main(["report", str(out), "--out", str(other)]) == 2
+    assert "holds another profile, whose report this would replace" in capsys.readouterr().err
+    assert main(["profile", "--out", str(other), "--", "python", "-c", "pass"]) == 2
+    assert "already holds a profile" in capsys.readouterr().err
+    assert (other / "summary.json").read_text() == "{}"
     blocked = tmp_path / "blocked"
     (blocked / "breakdown.png").mkdir(parents=True)  # a folder where the plot goes
     assert main(["report", str(out), "--out", str(blocked), "--quiet"]) == 2

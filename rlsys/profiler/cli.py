@@ -157,11 +157,7 @@ def _profile(args: argparse.Namespace) -> int:
         raise _UsageError(f"--max-seconds must be positive, not {args.max_seconds:g}")
     if args.calibrate:
         _check_calibration_options(args)
-    if (
-        args.out is not None
-        and (args.out / "trace").is_dir()
-        and any((args.out / "trace").glob("*.jsonl"))
-    ):
+    if args.out is not None and _holds_results(args.out):
         raise _UsageError(f"{args.out} already holds a profile", hint="pass a new --out DIR")
     created = args.out is None or not args.out.exists()
     out = args.out or _new_default_folder()
@@ -284,6 +280,10 @@ def _report(args: argparse.Namespace) -> int:
             hint="e.g. `rlsys report runs/profile-a runs/profile-b`",
         )
     summaries = [load_summary(d) for d in args.dirs]
+    theirs = {Path(d).resolve() for d in args.dirs}
+    if args.out is not None and args.out.resolve() not in theirs and _holds_results(args.out):
+        raise _UsageError(f"--out {args.out} holds another profile, whose report this would "
+                          "replace", hint="pass a new --out DIR, or leave --out out")  # fmt: skip
     out = _made_folder(args.out or Path(args.dirs[-1]))
     screen = console()
     try:
@@ -308,6 +308,13 @@ def _report(args: argparse.Namespace) -> int:
     if not args.quiet:
         screen.print(f"plot in {path}, report in {page}", markup=False, highlight=False)
     return 0
+
+
+def _holds_results(out: Path) -> bool:
+    """Whether `out` holds a profile's recording or results (ours, or another tool's with
+    the same names), which writing into it would replace."""
+    trace = out / "trace"
+    return (out / "summary.json").exists() or (trace.is_dir() and any(trace.glob("*.jsonl")))
 
 
 def _new_default_folder() -> Path:
