@@ -55,6 +55,14 @@ def test_atari_frames_come_preprocessed_and_stacked(ale) -> None:
     assert not terminated.any() and not truncated.any()
 
 
+def test_ale_py_s_older_ids_are_atari_games_too(ale) -> None:
+    """`PongNoFrameskip-v4` is registered by ale-py, not gymnasium: known once asked for."""
+    assert atari.is_atari("PongNoFrameskip-v4") and not atari.is_atari("CartPole-v1")
+    env = GymnasiumEnv("PongNoFrameskip-v4", num_envs=1, seed=0)
+    assert (env.obs_shape, env.num_actions) == (FRAMES, 6)
+    assert env.host_reset().shape == (1, math.prod(FRAMES))
+
+
 def test_ppo_trains_and_evaluates_on_pong(ale, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     argv = ["train", "ppo", "--env", f"gymnasium:{PONG}", "--total-steps", "64",

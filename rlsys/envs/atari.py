@@ -8,7 +8,8 @@ no-op steps at reset; an action repeated over 4 frames, the last two max-pooled;
 grayscale frames, kept as bytes, which the networks scale to [0, 1]) and a stack of the
 last 4 such frames. Unlike those scripts, rewards are not clipped and a lost life does not
 end the episode, so metrics report the game's score. Version-5 games keep their sticky
-actions (repeat probability 0.25).
+actions (repeat probability 0.25); ale-py's older ids (`gymnasium:PongNoFrameskip-v4`, as
+many published agents used) have none.
 """
 
 from __future__ import annotations
@@ -22,7 +23,20 @@ INSTALL = "pip install 'rlsys[atari]'"
 
 
 def is_atari(env_id: str) -> bool:
-    return env_id.startswith(NAMESPACE)
+    """`ALE/<Game>-v5`, or one of ale-py's older ids (`PongNoFrameskip-v4`, `Breakout-v4`),
+    which exist in gymnasium's registry only once ale-py registered them."""
+    if env_id.startswith(NAMESPACE):
+        return True
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        try:
+            import ale_py
+        except ImportError:
+            return False  # then gymnasium says the id is unknown, and the hint names ALE/
+        gym.register_envs(ale_py)
+    spec = gym.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("ale_py")
 
 
 def register() -> None:
