@@ -202,6 +202,19 @@ def test_torch_intervals_are_flushed_every_flush_every_calls(tmp_path) -> None:
     assert kinds(Session.load_dir(tmp_path).events) == {("add", "backend"): 12}
 
 
+def test_torch_intervals_are_flushed_once_flush_after_ns_has_passed(tmp_path) -> None:
+    ticks = iter(range(0, 10**12, 400_000_000))  # 0.4 s a clock read
+    with torch_wrapped() as torch:
+        x = torch.ones(3)
+        recorder = rlsys.start_recording(tmp_path, clock=lambda: next(ticks))
+        try:
+            x.add(1.0)  # from 0.4 s to 0.8 s: past the first timed flush, due at 0.5 s
+            records = [json.loads(line) for line in recorder.path.read_text().splitlines()]
+        finally:
+            rlsys.stop_recording()
+    assert [r[4] for r in records if r[0] == "intervals"] == [1]
+
+
 def test_jitted_jax_calls_are_inference_unless_their_tracing_differentiates(tmp_path) -> None:
     jax = pytest.importorskip("jax")
     jit = jax_backend._wrap_jit(jax.jit, annotate=True, backend=True)  # not patched globally

@@ -108,6 +108,31 @@ def test_interval_buffers_become_events_at_each_flush(recording, tmp_path: Path)
     assert json.loads(footer) == ["end", {"events": 3}]  # events, not packed lines
 
 
+def test_events_are_written_once_flush_after_ns_has_passed(tmp_path: Path) -> None:
+    # A process that dies without closing (os._exit, SIGHUP, SIGKILL) must lose at most about
+    # `flush_after_ns` of events, not every event of a recording shorter than `flush_every`.
+    recorder = rlsys.start_recording(tmp_path, clock=lambda: 0)
+    second = 1_000_000_000
+
+    def on_disk() -> list[str]:
+        return [e.name for e in Session.load(recorder.path).events]
+
+    try:
+        annotate.record_operation("early", 0, 10)
+        assert on_disk() == []  # buffered
+        annotate.record_operation("late", 20, second)
+        assert on_disk() == ["early", "late"]
+        annotate.record_operation("next", second, second + 10)
+        assert on_disk() == ["early", "late"]  # the next timed flush is due a while later
+        times = recorder.thread_intervals("backend", ["mm"])
+        times.extend([0, second, 2 * second])  # as a collector appends, then checks:
+        assert 2 * second >= recorder.flush_at
+        recorder.flush(2 * second)
+        assert on_disk() == ["early", "late", "next", "mm"]
+    finally:
+        rlsys.stop_recording()
+
+
 def test_threads_have_their_own_stacks(tmp_path: Path) -> None:
     rlsys.start_recording(tmp_path, flush_every=7)
     barrier = threading.Barrier(4)

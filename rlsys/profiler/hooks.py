@@ -167,8 +167,8 @@ def _call_in(
                 times.append(0)  # the code of the interval's name, `category`
                 times.append(start)
                 times.append(end)
-                if len(times) >= 3 * recorder.flush_every:
-                    recorder.flush()
+                if len(times) >= 3 * recorder.flush_every or end >= recorder.flush_at:
+                    recorder.flush(end)
     finally:
         names.discard(name)
 

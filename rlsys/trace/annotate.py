@@ -51,6 +51,12 @@ from rlsys.trace.events import (
 
 TRACE_DIR_ENV = "RLSYS_TRACE_DIR"
 
+FLUSH_AFTER_NS = 500_000_000
+"""Pending events are written once an event ends this long after the last timed flush: a
+process that dies without closing its recording (`os._exit` in a forked child, SIGHUP,
+SIGKILL) loses at most about this much of it, not up to `flush_every` events (a whole short
+recording). Checked against the times the emitters read anyway: no clock read, no thread."""
+
 
 class AnnotationNestingError(RuntimeError):
     """An annotation was closed while an annotation opened inside it was still open."""
@@ -67,9 +73,10 @@ class _ThreadState:
 class Recorder:
     """Collects events of this process and streams them to `<directory>/<pid>.jsonl`.
 
-    Events are buffered and written every `flush_every` events (and at `close`), so a crash
-    loses at most one buffer (one of `emit_raw`'s and one per `interval_buffer`). `clock` is
-    injectable so that tests are exact.
+    Events are buffered and written every `flush_every` events, once an event ends at or
+    after `flush_at` (`flush_after_ns` after the last timed flush), and at `close`: a crash
+    loses at most one buffer (one of `emit_raw`'s and one per `interval_buffer`), and at most
+    about `flush_after_ns` of events. `clock` is injectable so that tests are exact.
     """
 
     def __init__(
@@ -77,6 +84,7 @@ class Recorder:
         directory: str | os.PathLike[str],
         *,
         flush_every: int = 4096,
+        flush_after_ns: int = FLUSH_AFTER_NS,
         clock: Callable[[], int] = clock_ns,
         command: str | None = None,
     ) -> None:
@@ -85,6 +93,8 @@ class Recorder:
         self.clock = clock
         self.pid = os.getpid()
         self.process = ProcessInfo.current(command=command, start_ns=clock())
+        self.flush_after_ns = flush_after_ns
+        self.flush_at = self.process.start_ns + flush_after_ns  # see FLUSH_AFTER_NS
         self.writer = SessionWriter(self.directory / f"{self.pid}.jsonl", self.process)
         # Pending events as plain tuples (name, category, start_ns, end_ns, tid, region,
         # attrs): building an Event (a frozen dataclass) would cost more than the rest of an
@@ -129,8 +139,8 @@ class Recorder:
     ) -> None:
         """`emit` without building an Event: the annotations' hot path."""
         self._pending.append((name, category, start_ns, end_ns, tid, region, attrs, device))
-        if len(self._pending) >= self.flush_every:
-            self.flush()
+        if len(self._pending) >= self.flush_every or end_ns >= self.flush_at:
+            self.flush(end_ns)
 
     def interval_buffer(self, category: str, tid: int, names: Sequence[str]) -> array.array:
         """An array to append intervals of `category` on thread `tid` to, three integers
@@ -147,9 +157,10 @@ class Recorder:
         min of 5 rounds against its unrecorded loop: 1.28x with tuples, 1.00x with tuples
         and the collector disabled; 1.17x with the array, and the same with the collector
         disabled.)
-        Each `flush` drains the buffer; the caller calls `flush` when it holds `flush_every`
-        intervals, so a crash loses at most one buffer of each. Its events are not
-        `emit_raw` calls (a patch of `emit_raw` does not see them).
+        Each `flush` drains the buffer; the caller calls `flush(end_ns)` when it holds
+        `flush_every` intervals or an interval ends at or after `flush_at`, so a crash loses
+        at most one buffer of each. Its events are not `emit_raw` calls (a patch of
+        `emit_raw` does not see them).
         """
         buffer = _IntervalBuffer(category, self.pid, tid, names)
         with self._writing():
@@ -158,7 +169,7 @@ class Recorder:
 
     def thread_intervals(self, category: str, names: Sequence[str]) -> array.array:
         """This thread's `interval_buffer` of `category`, made at its first use (the caller
-        flushes once it holds `flush_every` intervals)."""
+        flushes as `interval_buffer` says)."""
         buffers = getattr(self._local, "intervals", None)
         if buffers is None:
             buffers = self._local.intervals = {}
@@ -172,7 +183,11 @@ class Recorder:
         now = self.clock()
         self.emit_raw(name, _OPERATION, now, now, self.thread_state().tid, None, attrs)
 
-    def flush(self) -> None:
+    def flush(self, now_ns: int | None = None) -> None:
+        """Write what is pending; with `now_ns` (the clock's time, as the emitters read it),
+        the next timed flush is due `flush_after_ns` after it."""
+        if now_ns is not None:
+            self.flush_at = now_ns + self.flush_after_ns
         with self._writing():
             self._write_pending()
 
@@ -245,7 +260,8 @@ class Recorder:
 
     def restart_in_child(self) -> Recorder:
         """After fork: a recorder for this new process, keeping this thread's open spans."""
-        child = Recorder(self.directory, flush_every=self.flush_every, clock=self.clock)
+        child = Recorder(self.directory, flush_every=self.flush_every,
+                         flush_after_ns=self.flush_after_ns, clock=self.clock)  # fmt: skip
         inherited = getattr(self._local, "state", None)
         if inherited is not None:
             state = child.thread_state()

@@ -179,8 +179,8 @@ def _wrap(function: Callable[..., Any], name: str) -> Callable[..., Any]:
             times.append(code)
             times.append(start)
             times.append(end)
-            if len(times) >= sink[3]:
-                recorder.flush()
+            if len(times) >= sink[3] or end >= recorder.flush_at:
+                recorder.flush(end)
 
     # The torch function's name and docstring, for help() and tracebacks.
     return functools.update_wrapper(call, function)
