@@ -200,6 +200,45 @@ def test_child_processes_record_their_own_session(tmp_path: Path, method: str) -
     assert session.complete
 
 
+FORK_INSIDE_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+    import rlsys
+
+    rlsys.start_recording(sys.argv[1])
+    with rlsys.phase("training"), rlsys.operation("parent-op"):
+        pid = os.fork()
+        with rlsys.operation("child-op" if pid == 0 else "parent-inner"):
+            pass
+    if pid == 0:  # it left the parent's blocks too
+        rlsys.stop_recording()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    rlsys.stop_recording()
+    print(pid, os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_forked_child_does_not_inherit_the_open_annotations(tmp_path: Path) -> None:
+    # They are the parent's calls: the child recording them too counted them twice.
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_INSIDE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    child_pid, exitcode = map(int, result.stdout.split())
+    assert exitcode == 0
+    session = Session.load_dir(tmp_path / "t")
+    assert session.complete
+    by_pid: dict[int, list[str]] = {}
+    for event in session.events:
+        by_pid.setdefault(event.pid, []).append(event.name)
+    assert by_pid.pop(child_pid) == ["child-op"]
+    assert list(by_pid.values()) == [["training", "parent-op", "parent-inner"]]
+
+
 def test_start_twice_is_an_error(recording, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="already recording"):
         rlsys.start_recording(tmp_path / "other")

@@ -19,7 +19,8 @@ one, a daemon thread is inside one at exit) are recorded as ending then, with
 `attrs["unfinished"] = True`.
 
 Processes: the recorder writes `<dir>/<pid>.jsonl`. A forked child starts its own file (its
-parent's buffered events stay with the parent); a spawned child that imports rlsys starts
+parent's buffered events stay with the parent) with no annotation open (those open at the
+fork are the parent's calls, recorded by the parent); a spawned child that imports rlsys starts
 recording because `start_recording` exports RLSYS_TRACE_DIR to the environment.
 """
 
@@ -259,19 +260,37 @@ class Recorder:
             self.writer.write_event_lines(lines, events)
 
     def restart_in_child(self) -> Recorder:
-        """After fork: a recorder for this new process, keeping this thread's open spans."""
+        """After fork: a recorder for this new process, in which none of the annotations
+        open in the forking thread are open: they are the parent's calls (recorded by the
+        parent), not the child's. The child may still leave their `with` blocks: that
+        records nothing and checks only their nesting among themselves."""
         child = Recorder(self.directory, flush_every=self.flush_every,
                          flush_after_ns=self.flush_after_ns, clock=self.clock)  # fmt: skip
         inherited = getattr(self._local, "state", None)
-        if inherited is not None:
-            state = child.thread_state()
-            state.stack = list(inherited.stack)
-            for span in state.stack:
-                span.recorder, span.state = child, state
+        if inherited is not None and inherited.stack:
+            detached = _ThreadState(inherited.tid)
+            detached.stack = list(inherited.stack)
+            discard = _Discard(self.clock)
+            for span in detached.stack:
+                # Not the parent's recorder: its lock may have been held by another thread
+                # at the fork, and its events are not this process's.
+                span.recorder, span.state = discard, detached
         # The parent's file object was copied by fork: drop it without writing to it.
         self.writer._file = None
         _close_when_multiprocessing_child_exits(child)
         return child
+
+
+class _Discard:
+    """The recorder of annotations a forked child inherited open: their end records nothing."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+
+    def emit_raw(self, *event: Any) -> None:
+        pass
 
 
 class _Span:
