@@ -106,6 +106,16 @@ def test_exit_code_passes_through_and_the_profile_is_still_written(tmp_path: Pat
     assert list(summary["operations"]) == ["work"]  # the only event: it spans the trace
 
 
+def test_a_stray_file_in_the_trace_folder_costs_only_itself(tmp_path: Path, capsys) -> None:
+    stray = "    import os\n    open(os.environ['RLSYS_TRACE_DIR'] + '/notes.jsonl', 'w')\n"
+    script = write_script(tmp_path, ANNOTATED_THEN + stray)
+    assert main(["profile", "--quiet", "--out", str(tmp_path / "p"), "--", str(script)]) == 0
+    assert list(load_summary(tmp_path / "p")["operations"]) == ["work"]
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 1
+    assert "notes.jsonl: not an rlsys-trace file" in warnings[0]  # (empty)
+
+
 OUTLIVED_BY_ITS_CHILD = """
     import subprocess, sys
     late = "import time, rlsys\\nwith rlsys.operation('after-the-command'):\\n    time.sleep(0.5)"

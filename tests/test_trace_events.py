@@ -119,6 +119,30 @@ def test_corrupt_middle_line_is_a_clear_error(tmp_path: Path) -> None:
         Session.load(path)
 
 
+def test_load_dir_with_on_skip_skips_stray_files_and_bad_lines(tmp_path: Path) -> None:
+    session = make_session(n=10)
+    damaged = session.save(tmp_path / "1.jsonl")
+    lines = damaged.read_text().splitlines(keepends=True)
+    lines[5], lines[7] = "garbage\n", '["event", "too short"]\n'
+    damaged.write_text("".join(lines) + '["event", "torn')
+    (tmp_path / "notes.jsonl").write_text("not a trace\n")
+    (tmp_path / "newer.jsonl").write_text('["rlsys-trace", 99]\n')
+    told: list[str] = []
+    loaded = Session.load_dir(tmp_path, on_skip=told.append)
+    kept = [e for i, e in enumerate(session.events) if i not in (2, 4)]  # lines 5 and 7
+    assert sorted(loaded.events, key=str) == sorted(kept, key=str)
+    assert told == [
+        f"{damaged}: skipped 2 unreadable line(s), the first at line 6 (not JSON)",
+        f"{tmp_path / 'newer.jsonl'}: format version 99, this rlsys reads versions (1, 2); "
+        "upgrade rlsys to read it; file skipped",
+        f"{tmp_path / 'notes.jsonl'}: not an rlsys-trace file (first line is not the magic); "
+        "file skipped",
+    ]
+    damaged.unlink()
+    with pytest.raises(TraceFormatError, match=r"none of its 2 \*\.jsonl files is a readable"):
+        Session.load_dir(tmp_path, on_skip=told.append)
+
+
 def test_wrong_magic_and_newer_version_are_clear_errors(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"hello": 1}\n')
@@ -222,7 +246,7 @@ def test_files_read_in_chunks_keep_line_numbers_and_torn_tails(tmp_path, monkeyp
     path = session.save(tmp_path / "s.jsonl")
     lines = path.read_text().splitlines(keepends=True)
     assert Session.load(path) == session
-    for cut_line in (9, 14, 15, 30):  # in the middle, first and last line of a chunk
+    for cut_line in (9, 13, 14, 15, 30):  # in the middle, last and first lines of a chunk
         # Cut after the line's first character, or only its newline missing (a whole record).
         for keep, whole in ((1, 0), (len(lines[cut_line]) - 1, 1)):
             path.write_text("".join(lines[:cut_line]) + lines[cut_line][:keep])

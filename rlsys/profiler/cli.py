@@ -188,7 +188,7 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
         samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
     try:
-        session = Session.load_dir(trace_dir)
+        session = Session.load_dir(trace_dir, on_skip=_warn_skipped)
     except ValueError as err:  # TraceFormatError, or two files claiming one pid
         print(f"error: no profile: {err}", file=sys.stderr)
         print(
@@ -199,6 +199,11 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
         return exit_code or EXIT_USAGE
     return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
                           calibration)  # fmt: skip
+
+
+def _warn_skipped(message: str) -> None:
+    # A stray file in the trace folder, or a damaged line, costs its own events only.
+    print(f"rlsys profile: warning: {message}", file=sys.stderr)
 
 
 def _check_calibration_options(args: argparse.Namespace) -> None:

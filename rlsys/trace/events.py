@@ -27,7 +27,8 @@ records) load too.
 
 Writers append lines in batches and flush each batch, so a process that dies loses at most the
 batch it had not yet written; a file without the footer loads with `complete=False`, and a
-torn last line (the process died mid-write) is dropped.
+torn last line (the process died mid-write) is dropped. Readers given `on_skip` also skip
+unreadable lines, and `load_dir` unreadable files, saying so in one line per file.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -264,20 +265,40 @@ class Session:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Session:
-        """Read a session file; a missing footer or a torn last line means `complete=False`."""
-        return _read_session(Path(path))
+    def load(cls, path: str | os.PathLike[str], on_skip: OnSkip | None = None) -> Session:
+        """Read a session file; a missing footer or a torn last line means `complete=False`.
+
+        A line that is not a record raises TraceFormatError; with `on_skip`, such lines are
+        skipped and `on_skip` gets one line that names the file and says how many.
+        """
+        return _read_session(Path(path), on_skip)
 
     @classmethod
-    def load_dir(cls, directory: str | os.PathLike[str]) -> Session:
-        """Load and combine every `*.jsonl` session of a recording directory."""
+    def load_dir(cls, directory: str | os.PathLike[str], on_skip: OnSkip | None = None) -> Session:
+        """Load and combine every `*.jsonl` session of a recording directory.
+
+        With `on_skip`, a file that is not a readable session (a stray file in the folder)
+        is skipped rather than failing the whole directory, as are unreadable lines (see
+        `load`); `on_skip` gets one line per such file. TraceFormatError if none is left.
+        """
         paths = sorted(Path(directory).glob("*.jsonl"))
         if not paths:
             raise TraceFormatError(
                 f"{directory}: no *.jsonl session files; record into it with "
                 "rlsys.trace.start_recording(directory) or `rlsys profile --out`"
             )
-        return cls.combine(cls.load(p) for p in paths)
+        if on_skip is None:
+            return cls.combine(cls.load(p) for p in paths)
+        sessions = []
+        for path in paths:
+            try:
+                sessions.append(cls.load(path, on_skip))
+            except TraceFormatError as err:
+                on_skip(f"{err}; file skipped")
+        if not sessions:
+            raise TraceFormatError(f"{directory}: none of its {len(paths)} *.jsonl files is "
+                                   "a readable session")  # fmt: skip
+        return cls.combine(sessions)
 
     @classmethod
     def combine(cls, sessions: Iterable[Session]) -> Session:
@@ -305,33 +326,46 @@ class Session:
         )
 
 
+OnSkip = Callable[[str], None]
+"""Told, in one line naming the file, what a reader skipped (see `Session.load_dir`)."""
+
 _PARSE_CHUNK_LINES = 10_000
 
 
-def _read_session(path: Path) -> Session:
+def _read_session(path: Path, on_skip: OnSkip | None = None) -> Session:
     """Read a session file a chunk of lines at a time (a long profile's file holds millions
     of lines: holding its text, its lines and all their parsed records at once took about
     1 KB per event), each chunk parsed by one `json.loads` call."""
-    reader = _SessionReader(path)
+    reader = _SessionReader(path, skip=on_skip is not None)
     try:
         with path.open(encoding="utf-8", errors="replace", newline="\n") as file:
             chunk: list[str] = []
             for line in file:
-                chunk.append(line)
+                # A full chunk is parsed only once another line follows: the last chunk then
+                # holds the last line, the one that may be torn.
                 if len(chunk) == _PARSE_CHUNK_LINES:
                     reader.add_lines(chunk)
                     chunk = []
+                chunk.append(line)
             reader.add_lines(chunk, last=True)
     except OSError as err:
         raise TraceFormatError(f"{path}: cannot read session file: {err.strerror}") from None
-    return reader.session()
+    session = reader.session()
+    if reader.skipped and on_skip is not None:
+        number, why = reader.first_skipped
+        on_skip(f"{path}: skipped {reader.skipped} unreadable line(s), the first at line "
+                f"{number} ({why})")  # fmt: skip
+    return session
 
 
 class _SessionReader:
     """Builds a Session from a file's lines, in order; names and devices are shared strings."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, skip: bool = False) -> None:
         self.path = path
+        self.skip = skip  # unreadable lines after the header: skipped (counted), not raised
+        self.skipped = 0
+        self.first_skipped: tuple[int, str] = (0, "")
         self.number = 0  # lines read so far
         self.processes: list[ProcessInfo] = []
         self.events: list[Event] = []
@@ -366,6 +400,10 @@ class _SessionReader:
             except json.JSONDecodeError:
                 if torn_tail and offset == len(lines) - 1:
                     return  # the writer died mid-line: drop that one line
+                if not self._header_seen:  # not a trace at all, whatever `skip` says
+                    _check_header(self.path, None)
+                if self._skipped(number, "not JSON"):
+                    continue
                 raise TraceFormatError(
                     f"{self.path}:{number}: not a JSON line; the file is corrupt (only a torn "
                     "last line is tolerated)"
@@ -391,7 +429,16 @@ class _SessionReader:
             else:
                 raise ValueError(f"unknown record tag {tag!r}")
         except (ValueError, TypeError, IndexError, KeyError) as err:
-            raise TraceFormatError(f"{self.path}:{number}: bad record: {err}") from None
+            if not self._skipped(number, f"bad record: {err}"):
+                raise TraceFormatError(f"{self.path}:{number}: bad record: {err}") from None
+
+    def _skipped(self, number: int, why: str) -> bool:
+        """Count line `number` as skipped, if lines may be skipped."""
+        if self.skip:
+            if not self.skipped:
+                self.first_skipped = (number, why)
+            self.skipped += 1
+        return self.skip
 
     def session(self) -> Session:
         if not self._header_seen:
