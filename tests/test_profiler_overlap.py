@@ -5,6 +5,7 @@ Every timeline here is hand-made from integer-ns `Event`s, so every expected tim
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections import Counter
@@ -268,6 +269,18 @@ def test_a_thread_with_only_cuda_calls_counts_only_during_them() -> None:
     assert train.cpu_ns["cuda_api"] == 5
     assert train.cpu_ns["python"] == 60  # the main thread's own, after fwd
     assert train.resource_ns["cpu_only"] == 100
+
+
+def test_the_recorded_main_thread_owns_wall_time_even_without_events() -> None:
+    # Unannotated main thread 7: the first worker to start (2) is not taken for it, so a
+    # plain worker's (3) time is not put in worker 2's operation.
+    main_known = dataclasses.replace(process(PID, 1), main_tid=7)
+    events = (op("worker-op", 0, 50, tid=2), ev("read", C.COMM, 10, 100, tid=3))
+    p = analyse(*events, processes=(main_known,)).processes[PID]
+    assert p.main_tid == 7 and p.threads == (2, 3)
+    worker, none = p.operations["worker-op"], p.operations[NO_OPERATION]
+    assert worker.wall_ns == 0 and worker.cpu_ns["python"] == 50
+    assert none.wall_ns == 100 and none.cpu_ns["comm"] == 90
 
 
 def test_main_thread_is_the_earliest_when_none_has_the_pid() -> None:

@@ -237,6 +237,24 @@ def test_a_forked_child_does_not_inherit_the_open_annotations(tmp_path: Path) ->
         by_pid.setdefault(event.pid, []).append(event.name)
     assert by_pid.pop(child_pid) == ["child-op"]
     assert list(by_pid.values()) == [["training", "parent-op", "parent-inner"]]
+    # Its main thread is the forking one (tid == pid on Linux), not the parent's.
+    assert {p.pid: p.main_tid for p in session.processes}[child_pid] == child_pid
+
+
+def test_the_main_thread_is_recorded_when_another_starts_the_recording(tmp_path) -> None:
+    # It may have no events at all; the breakdown needs it to attribute wall time.
+    def record() -> None:
+        rlsys.start_recording(tmp_path)
+        with rlsys.operation("worker-op"):
+            pass
+        rlsys.stop_recording()
+
+    worker = threading.Thread(target=record)
+    worker.start()
+    worker.join()
+    session = Session.load_dir(tmp_path)
+    assert [p.main_tid for p in session.processes] == [threading.get_native_id()]
+    assert [e.tid for e in session.events] == [worker.native_id]
 
 
 def test_start_twice_is_an_error(recording, tmp_path: Path) -> None:

@@ -161,7 +161,7 @@ class _Columns:
 def _process(pid: int, events: list[Event], info: ProcessInfo | None) -> ProcessBreakdown:
     columns = _Columns(events)
     threads = columns.threads
-    main = _main_thread(pid, columns)
+    main = _main_thread(pid, columns, info)
     cuda_api = columns.is_(Category.CUDA_API)
     native = {tid for tid, idx in threads.items() if tid != main and cuda_api[idx].all()}
     names: dict[str, int] = {}
@@ -186,8 +186,12 @@ def _process(pid: int, events: list[Event], info: ProcessInfo | None) -> Process
     )
 
 
-def _main_thread(pid: int, columns: _Columns) -> int | None:
-    """tid == pid (the main thread's native id on Linux), else the earliest thread to start."""
+def _main_thread(pid: int, columns: _Columns, info: ProcessInfo | None) -> int | None:
+    """The main thread the recorder saw (even without events: then no operation owns the
+    wall time, not a worker thread's); for older files, tid == pid (the main thread's
+    native id on Linux), else the earliest thread to start."""
+    if info is not None and info.main_tid is not None:
+        return info.main_tid
     threads = columns.threads
     if not threads:
         return None

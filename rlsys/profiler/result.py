@@ -99,7 +99,7 @@ class ProcessBreakdown:
     command: str | None
     start_ns: int
     end_ns: int
-    main_tid: int | None  # the thread whose operations own wall time; None: no CPU thread
+    main_tid: int | None  # the thread whose operations own wall time (it may have no events)
     threads: tuple[int, ...]
     operations: dict[str, Times]  # by operation name, in order of first appearance
     phases: dict[str, int]  # phase name -> wall time inside it (phases never own time)

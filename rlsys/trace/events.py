@@ -43,6 +43,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -144,6 +145,10 @@ class ProcessInfo:
     torch: str | None
     start_wall_time: float  # seconds since the epoch, for humans
     start_ns: int  # the event clock at the same moment, to relate the two
+    # The main thread's tid (native id), whose operations own wall time; recorded because
+    # it may have no events (unannotated), when no thread's events tell which it is. None:
+    # unknown (files of older rlsys).
+    main_tid: int | None = None
 
     @classmethod
     def current(cls, command: str | None = None, start_ns: int | None = None) -> ProcessInfo:
@@ -159,6 +164,7 @@ class ProcessInfo:
             torch=_installed_version("torch"),
             start_wall_time=time.time(),
             start_ns=clock_ns() if start_ns is None else start_ns,
+            main_tid=_main_thread_native_id(),
         )
 
     @classmethod
@@ -167,6 +173,14 @@ class ProcessInfo:
         values = {k: v for k, v in data.items() if k in known}
         values["argv"] = tuple(values.get("argv", ()))
         return cls(**values)
+
+
+def _main_thread_native_id() -> int | None:
+    if threading.current_thread() is threading.main_thread():
+        # Right after a fork (from any thread), Python 3.11's main_thread().native_id is
+        # still the parent's forking thread's.
+        return threading.get_native_id()
+    return threading.main_thread().native_id
 
 
 def _dump_line(record: list[Any]) -> str:
