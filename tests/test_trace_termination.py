@@ -1,5 +1,5 @@
 """A recorded process ended by SIGTERM closes its trace first (multiprocessing.Pool's exit,
-`rlsys profile`'s time limit), and one stuck in C still dies."""
+`rlsys profile`'s time limit), and one stuck in C still dies; SIGHUP likewise."""
 
 from __future__ import annotations
 
@@ -80,6 +80,72 @@ def test_a_child_stuck_in_c_is_killed_after_the_grace_period(tmp_path, method) -
     session = Session.load_dir(tmp_path / "t")  # closed by the watcher thread, not the handler
     assert session.complete
     assert [e.name for e in session.events if e.pid == pid] == ["child-op"]
+
+
+HUNG_UP = textwrap.dedent(
+    """
+    import os, signal, sys
+    import rlsys
+
+    if sys.argv[2] == "nohup":
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    rlsys.start_recording(sys.argv[1])
+    with rlsys.operation("before"):
+        pass
+    with rlsys.operation("open"):
+        os.kill(os.getpid(), signal.SIGHUP)
+        sum(range(1000))  # its handler runs by now
+    print("survived SIGHUP")
+    """
+)
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_sighup_closes_the_trace_and_the_process_dies_of_it(tmp_path, ignored) -> None:
+    # Its default action, like SIGTERM's, skipped the exit handlers: the buffered events and
+    # the footer were lost. Where it is ignored (nohup), it stays ignored.
+    script = tmp_path / "hung_up.py"
+    script.write_text(HUNG_UP)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t"),
+                             "nohup" if ignored else "-"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == (0 if ignored else -1), result.stderr
+    assert ("survived" in result.stdout) == ignored
+    session = Session.load_dir(tmp_path / "t")
+    assert session.complete
+    assert [(e.name, e.attrs) for e in session.events] == [
+        ("before", None),
+        ("open", None if ignored else {"unfinished": True}),
+    ]
+
+
+OWN_HANDLER_THEN_FORK = textwrap.dedent(
+    """
+    import os, signal, sys
+    import rlsys
+
+    rlsys.start_recording(sys.argv[1])
+    signal.signal(signal.SIGTERM, lambda *_: print("own handler", flush=True))
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))  # its handler runs by now
+        rlsys.stop_recording()
+        os._exit(0)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    rlsys.stop_recording()
+    """
+)
+
+
+def test_a_forked_child_keeps_the_programs_own_sigterm_handler(tmp_path) -> None:
+    # The child's setup put SIGTERM back to its default action: the child died of it.
+    script = tmp_path / "own_handler.py"
+    script.write_text(OWN_HANDLER_THEN_FORK)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["own", "handler", "0"]
 
 
 SIGNAL_DURING_WRITE = textwrap.dedent(

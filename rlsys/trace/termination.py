@@ -1,4 +1,4 @@
-"""Close the recording of a process that is ended by SIGTERM.
+"""Close the recording of a process that is ended by SIGTERM (or SIGHUP).
 
 `multiprocessing.Pool.terminate` (what leaving `with Pool() as pool:` does) ends its workers
 with SIGTERM, and so do `rlsys profile`'s time limit and most process managers. SIGTERM's
@@ -15,9 +15,12 @@ recording itself and SIGKILLs the process if the handler has not finished `GRACE
 signal: the default's outcome, late (exit status -9), without the lost events. It needs the
 GIL: C code that holds it delays the end until it returns, as it would a Python handler.
 
-Installed only from the main thread, where SIGTERM has its default action and no one else
-uses the wakeup fd; a handler the program installs later replaces this one (and the watcher
-then leaves the process alone).
+SIGHUP (a closed terminal or SSH session) is handled the same way where its action is the
+default (not under `nohup`, which ignores it), and its process dies of SIGHUP.
+
+Installed only from the main thread, for the signals with their default action, where no one
+else uses the wakeup fd; a handler the program installs later replaces this one (and the
+watcher then leaves the process alone).
 """
 
 from __future__ import annotations
@@ -34,22 +37,27 @@ WAKE_S = 0.1  # see _Installed._watch
 # handler's own thread is never waited for: see Recorder.close_at_signal).
 LOCK_TIMEOUT_S = 0.5
 _STOP = b"\0"  # no signal has number 0
+# Signals whose default action ends a process without its exit handlers, and that a process
+# is ended by in the normal course of things (not SIGKILL, which cannot be handled).
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class _Installed:
-    def __init__(self, close: Callable[[], bool]) -> None:
+    def __init__(self, close: Callable[[], bool], signals: tuple[int, ...]) -> None:
         self.close = close
+        self.signals = signals
         self.pid = os.getpid()
         self.handler_done = threading.Event()
         self.handling = False
-        self.deferred = False
+        self.deferred = 0  # the signal whose handler waits for a write to end (0: none)
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)  # signal.set_wakeup_fd requires it
         self.watcher = threading.Thread(target=self._watch, name="rlsys-sigterm", daemon=True)
 
     def on_sigterm(self, signum: int, frame: object) -> None:
+        """The handler of each of `signals` (named for the usual one)."""
         if os.getpid() != self.pid:  # a forked child's copy: the recording is not its own
-            self.die()
+            self.die(signum)
         if self.handling:  # signalled again while closing (the watcher's wake-up, say)
             return
         self.handling = True
@@ -58,39 +66,46 @@ class _Installed:
         except BaseException:  # dying anyway, as the default action would have
             closed = True
         if not closed:  # it interrupted the trace's own write: `run_deferred` resumes after it
-            self.handling, self.deferred = False, True
+            self.handling, self.deferred = False, signum
             return
-        self.die()
+        self.die(signum)
 
-    def die(self) -> None:
+    def die(self, signum: int) -> None:
         self.handler_done.set()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     def _watch(self) -> None:
         # Python runs a handler in the main thread only, and only once that thread is back in
         # the interpreter. The kernel runs the C-level handler on any thread that does not
         # block the signal; if that is not the main thread, a main thread asleep in a system
         # call (a worker waiting for its next task) is not woken and never runs the handler.
-        # So this thread blocks SIGTERM, and wakes the main thread if the handler is late.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        # So this thread blocks the signals, and wakes the main thread if the handler is late.
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(self.signals))
         main_thread = threading.main_thread().ident
         read_fd = self.read_fd
         try:
             while (received := os.read(read_fd, 64)) and _STOP not in received:
-                if signal.SIGTERM not in received or not self._handler_is_ours():
+                signum = next((s for s in self.signals if s in received), None)
+                if signum is None or not self._handler_is_ours(signum):
                     continue
                 if not self.handler_done.wait(WAKE_S) and main_thread is not None:
-                    signal.pthread_kill(main_thread, signal.SIGTERM)
-                if not self.handler_done.wait(GRACE_S) and self._handler_is_ours():
+                    signal.pthread_kill(main_thread, signum)
+                if not self.handler_done.wait(GRACE_S) and self._handler_is_ours(signum):
                     with contextlib.suppress(Exception):
                         self.close()  # the main thread is stuck, perhaps not holding the GIL
                     os.kill(os.getpid(), signal.SIGKILL)
         finally:
             os.close(read_fd)
 
-    def _handler_is_ours(self) -> bool:
-        return signal.getsignal(signal.SIGTERM) == self.on_sigterm
+    def _handler_is_ours(self, signum: int) -> bool:
+        return signal.getsignal(signum) == self.on_sigterm
+
+    def restore_defaults(self) -> None:
+        """Give each signal whose handler is still this one its default action back."""
+        for signum in self.signals:
+            if self._handler_is_ours(signum):
+                signal.signal(signum, signal.SIG_DFL)
 
     def stop_watcher(self) -> None:
         """End the watcher thread (it closes the read end)."""
@@ -109,7 +124,7 @@ _fork = threading.local()  # .mask: the forking thread's signal mask before `bef
 
 
 def close_on_sigterm(close: Callable[[], bool]) -> None:
-    """Run `close` when SIGTERM ends this process (see the module docstring for when).
+    """Run `close` when SIGTERM or SIGHUP ends this process (see the module docstring).
 
     `close` returns False if the signal interrupted the very write it would do; the writer
     then calls `run_deferred` once done. Installing again replaces the handler at once (no
@@ -130,9 +145,10 @@ def _install(close: Callable[[], bool], forked_child: bool = False) -> _Installe
     if threading.current_thread() is not threading.main_thread():
         return None
     ours = (signal.SIG_DFL, previous.on_sigterm if previous else signal.SIG_DFL)
-    if signal.getsignal(signal.SIGTERM) not in ours:
+    signals = tuple(s for s in SIGNALS if signal.getsignal(s) in ours)
+    if not signals:
         return None
-    installed = _Installed(close)
+    installed = _Installed(close, signals)
     try:
         previous_fd = signal.set_wakeup_fd(installed.write_fd, warn_on_full_buffer=False)
     except ValueError:  # not the main interpreter
@@ -143,7 +159,8 @@ def _install(close: Callable[[], bool], forked_child: bool = False) -> _Installe
             signal.set_wakeup_fd(previous_fd)
         installed.drop()
         return None
-    signal.signal(signal.SIGTERM, installed.on_sigterm)
+    for signum in signals:
+        signal.signal(signum, installed.on_sigterm)
     installed.watcher.start()
     _installed = installed
     return previous
@@ -166,8 +183,8 @@ def run_deferred() -> None:
     if installed is None or threading.current_thread() is not threading.main_thread():
         return
     if installed.deferred:
-        installed.deferred = False
-        installed.on_sigterm(signal.SIGTERM, None)
+        signum, installed.deferred = installed.deferred, 0
+        installed.on_sigterm(signum, None)
 
 
 def uninstall() -> None:
@@ -177,8 +194,7 @@ def uninstall() -> None:
     if installed is None:
         return
     if threading.current_thread() is threading.main_thread():
-        if signal.getsignal(signal.SIGTERM) == installed.on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        installed.restore_defaults()
         previous_fd = signal.set_wakeup_fd(-1)
         if previous_fd not in (installed.write_fd, -1):  # someone else's since: keep it
             signal.set_wakeup_fd(previous_fd)
@@ -186,7 +202,7 @@ def uninstall() -> None:
 
 
 def before_fork() -> None:
-    """Block SIGTERM in the forking thread until the child has its own handler and pipe.
+    """Block the signals in the forking thread until the child has its own handler and pipe.
 
     A child inherits the parent's handler and wakeup pipe: a SIGTERM it received before
     `after_fork_in_child` would write into the parent's pipe (whose watcher would then
@@ -194,7 +210,7 @@ def before_fork() -> None:
     and arrives once the child is set up.
     """
     if _installed is not None:
-        _fork.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _fork.mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
 
 
 def after_fork_in_parent() -> None:
@@ -206,14 +222,15 @@ def after_fork_in_parent() -> None:
 
 def after_fork_in_child(close: Callable[[], bool] | None) -> None:
     """In a forked child: forget the parent's watcher (its thread does not exist here; its
-    pipe is the parent's), install anew if `close` is given, then let SIGTERM in."""
+    pipe is the parent's), install anew if `close` is given, then let the signals in."""
     global _installed
     parents = _installed
     if parents is not None:
-        # _install swaps the handler in place; if it installs nothing, back to the default.
+        # _install swaps the handlers in place; if it installs nothing, back to the defaults
+        # (where the parent's handlers are still set: not where the program set its own).
         if close is None or _install(close, forked_child=True) is None:
             _installed = None
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            parents.restore_defaults()
             with contextlib.suppress(ValueError):
                 signal.set_wakeup_fd(-1)
         parents.drop()
