@@ -269,3 +269,17 @@ def test_count_events_counts_packed_intervals_per_source(tmp_path: Path) -> None
     counts = calibrate.count_events(tmp_path / "trace")
     assert counts[sources.CCALLS] == 250
     assert counts[sources.ANNOTATIONS] == 1
+
+
+def test_count_events_skips_damaged_lines(tmp_path: Path) -> None:
+    rlsys.start_recording(tmp_path / "trace")
+    try:
+        with rlsys.operation("inference"):
+            pass
+    finally:
+        rlsys.stop_recording()
+    junk = ['["event","x","no-such-category",1,2]\n', '["intervals","backend",1,2,"many"]\n',
+            '["event","x",["a"],1,2]\n', '["event"\n']  # fmt: skip
+    (tmp_path / "trace" / "stray.jsonl").write_text("".join(junk))
+    counts = calibrate.count_events(tmp_path / "trace")
+    assert counts[sources.ANNOTATIONS] == 1 and counts[sources.CCALLS] == 0

@@ -324,12 +324,13 @@ def count_events(trace_dir: Path) -> dict[str, int]:
                     try:
                         record = json.loads(line)
                         category, count = (record[1], record[4]) if packed else (record[2], 1)
-                    except (json.JSONDecodeError, IndexError):
-                        continue  # a torn last line
+                        category, count = Category(category), int(count)
+                    except (ValueError, IndexError, TypeError):
+                        continue  # a torn last line, or a damaged one (not counted)
                     per_category[category] = per_category.get(category, 0) + count
     per_source = dict.fromkeys(_sources.SOURCES, 0)
     for category, count in per_category.items():
-        source = _sources.SOURCE_OF.get(Category(category))
+        source = _sources.SOURCE_OF.get(category)
         if source is not None:
             per_source[source] += count
     return per_source
