@@ -164,7 +164,7 @@ class ProcessInfo:
             torch=_installed_version("torch"),
             start_wall_time=time.time(),
             start_ns=clock_ns() if start_ns is None else start_ns,
-            main_tid=_main_thread_native_id(),
+            main_tid=main_thread_native_id(),
         )
 
     @classmethod
@@ -175,7 +175,8 @@ class ProcessInfo:
         return cls(**values)
 
 
-def _main_thread_native_id() -> int | None:
+def main_thread_native_id() -> int | None:
+    """The main thread's native id, in a forked child too."""
     if threading.current_thread() is threading.main_thread():
         # Right after a fork (from any thread), Python 3.11's main_thread().native_id is
         # still the parent's forking thread's.

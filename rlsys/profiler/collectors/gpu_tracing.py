@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -34,6 +33,7 @@ from typing import Any
 from rlsys.profiler.collectors import jax_profiler, kineto
 from rlsys.profiler.collectors.clock import ClockReference
 from rlsys.trace import Event, active_recorder, clock_ns
+from rlsys.trace.events import main_thread_native_id
 
 GPU_ENV = "RLSYS_GPU_TRACE"
 """Set to "1" by `rlsys profile` when NVML found a GPU: only then are profilers started."""
@@ -114,7 +114,7 @@ def _finish_jax(jax: ModuleType, folder: Path, anchor_ns: int, start_ns: int) ->
         path = jax_profiler.find_trace(folder)
         if path is None:
             raise FileNotFoundError(f"no {jax_profiler.TRACE_FILE} under {folder}")
-        main = threading.main_thread().native_id or os.getpid()
+        main = main_thread_native_id() or os.getpid()  # right in a forked child too
         emit(*jax_profiler.jax_events(
             jax_profiler.load_trace(path), pid=os.getpid(), main_tid=main, anchor_ns=anchor_ns,
             fallback_start_ns=start_ns, main_thread_name=_thread_comm(main),
