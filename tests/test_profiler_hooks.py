@@ -204,3 +204,37 @@ def test_the_finder_patches_a_watched_module_once_after_it_runs(
     assert seen == [1]
     assert type(rlsys_fake_watched.__spec__.loader).__name__ == "SourceFileLoader"
     assert "exec_module" not in vars(rlsys_fake_watched.__spec__.loader)  # restored
+
+
+FORK_IN_OPERATION = """
+    import os, sys
+    import rlsys
+    from rlsys.profiler import hooks
+
+    step = hooks.outermost("simulation", lambda: None)
+
+    def forking():
+        pid = os.fork()
+        if pid == 0:  # a worker forked inside the parent's call: its own calls are its own
+            step()
+            rlsys.stop_recording()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        return pid
+
+    rlsys.start_recording(sys.argv[1])
+    print(hooks.outermost("simulation", forking)())
+    rlsys.stop_recording()
+"""
+
+
+def test_a_child_forked_inside_an_operation_records_its_own_calls(tmp_path: Path) -> None:
+    script = tmp_path / "fork.py"
+    script.write_text(textwrap.dedent(FORK_IN_OPERATION))
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "t")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    child = int(result.stdout)
+    events = Session.load_dir(tmp_path / "t").events
+    assert sorted(e.pid == child for e in events) == [False, True]
+    assert {e.name for e in events} == {"simulation"}

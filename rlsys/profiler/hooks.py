@@ -59,6 +59,7 @@ import contextlib
 import functools
 import importlib.abc
 import inspect
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -97,6 +98,10 @@ class _OpenOperations(threading.local):
 
 
 _OPEN = _OpenOperations()
+# A child forked inside an automatic operation is not inside it (the parent's call, recorded
+# by the parent; the recorder drops the child's open annotations too): the child's own calls
+# of that operation are recorded.
+os.register_at_fork(after_in_child=lambda: _OPEN.names.clear())  # the forking thread's set
 
 
 class _Switch:
