@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,31 @@ CATEGORY_COLORS = {
 
 
 def console(stderr: bool = False) -> Any:
-    """A rich console; wide when not a terminal, so that logs keep tables whole."""
+    """A rich console; wide when not a terminal, so that logs keep tables whole.
+
+    Output into a closed pipe (`rlsys report DIR | head -1`) is dropped, as other Unix tools
+    do, and the command goes on to write its files and exit with its own code: rich's
+    default ends the process with exit code 1 there.
+    """
     from rich.console import Console
 
-    out = Console(stderr=stderr)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich >= 13.8 calls it on BrokenPipeError
+            self.quiet = True
+            _drop_stdout()
+
+    out = _Console(stderr=stderr)
     if not out.is_terminal:
-        out = Console(stderr=stderr, width=160)
+        out = _Console(stderr=stderr, width=160)
     return out
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that no later write (nor the flush at exit)
+    meets the closed pipe again (the recipe of Python's signal module documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _used_categories(summaries: list[dict[str, Any]]) -> list[str]:
