@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from profile_fixtures import SIMULATION_HEAVY, make_summary
+from rich.console import Console
 
+from rlsys.profiler.render import comparison_table, print_summary
 from rlsys.profiler.summary import write_summary
+from rlsys.trace import Category
 
 
 def run_into_closed_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -39,3 +43,22 @@ def test_profile_into_a_closed_pipe_keeps_the_commands_exit_code(tmp_path: Path)
     done = run_into_closed_pipe(["profile", "--out", "p", "--", str(script)], tmp_path)
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr and (tmp_path / "p" / "summary.json").is_file()
+
+
+def test_a_long_operation_name_is_cut_and_the_numbers_keep_their_width() -> None:
+    """A 300-character name took the number columns' width: they showed as `0.…` or not at
+    all. The terminal shows its start and an ellipsis; summary.json keeps it whole."""
+    long = "step-" + "x" * 294 + "!"
+    summary = make_summary([(long, 0.0, 0.78, Category.SIMULATOR),
+                            ("inference", 0.78, 1.0, Category.BACKEND)])  # fmt: skip
+    for width in (80, 160):
+        screen = Console(file=io.StringIO(), width=width)
+        print_summary(screen, summary)
+        row = next(line for line in screen.file.getvalue().splitlines() if "step-" in line)
+        assert "step-xxx" in row and "\u2026" in row and "!" not in row
+        assert "0.780" in row and "78.0" in row  # the numbers whole
+        screen = Console(file=io.StringIO(), width=width)
+        screen.print(comparison_table(summary, summary, ("a", "b"), screen_width=width))
+        row = next(line for line in screen.file.getvalue().splitlines() if "step-" in line)
+        assert "\u2026" in row and "0.780" in row and "1.00x" in row
+    assert long in summary["operations"]

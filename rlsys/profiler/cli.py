@@ -294,7 +294,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         if len(summaries) == 2:
             names = (str(args.dirs[0]), str(args.dirs[1]))
-            screen.print(comparison_table(summaries[0], summaries[1], names))
+            screen.print(comparison_table(*summaries, names, screen_width=screen.width))
             page = write_comparison(summaries[0], summaries[1], names, out)
             if not args.quiet:
                 screen.print(f"comparison in {page}", markup=False, highlight=False)

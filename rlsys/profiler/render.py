@@ -86,8 +86,29 @@ def _seconds(value: float) -> str:
     return f"{value:.3f}"
 
 
-def summary_table(summary: dict[str, Any], title: str | None = None) -> Any:
-    """operation x (calls, seconds, % of total, seconds per CPU category, GPU seconds)."""
+NAME_WIDTH = 48
+"""The most characters of an operation name a terminal table shows: rich gives a longer name
+the width of the number columns, which shrank to nothing (a column that does not wrap is
+never shrunk). Full names stay in summary.json and report.html."""
+NUMBER_WIDTH = 10  # a number column: "100.0" or "12.345" and the padding and border
+
+
+def name_width(screen_width: int | None, numbers: int) -> int:
+    """How many characters of an operation name fit beside `numbers` number columns."""
+    if screen_width is None:
+        return NAME_WIDTH
+    return max(16, min(NAME_WIDTH, screen_width - 4 - NUMBER_WIDTH * numbers))
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """`name`, cut to `width` characters with an ellipsis."""
+    return name if len(name) <= width else name[: width - 1] + "\u2026"
+
+
+def summary_table(summary: dict[str, Any], title: str | None = None,
+                  screen_width: int | None = None) -> Any:  # fmt: skip
+    """operation x (calls, seconds, % of total, seconds per CPU category, GPU seconds); names
+    cut to fit `screen_width` beside the numbers."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -105,9 +126,10 @@ def summary_table(summary: dict[str, Any], title: str | None = None) -> Any:
     if show_gpu:
         table.add_column("GPU s", justify="right")
     rows = [*summary["operations"].items(), ("total", summary["total"])]
+    width = name_width(screen_width, len(table.columns) - 1)
     for i, (name, times) in enumerate(rows):
         cells = [
-            escape(name),
+            escape(short_name(name, width)),
             str(times["calls"]),
             _seconds(times["seconds"]),
             f"{times['percent']:.1f}",
@@ -129,7 +151,7 @@ def processes_table(summary: dict[str, Any]) -> Any:
                   title="processes")  # fmt: skip
     for process in summary["processes"]:
         ops = sorted(process["operations"].items(), key=lambda kv: -kv[1]["seconds"])
-        top = ", ".join(f"{name} {t['percent']:.0f}%" for name, t in ops[:3])
+        top = ", ".join(f"{short_name(name)} {t['percent']:.0f}%" for name, t in ops[:3])
         table.add_row(
             str(process["pid"]),
             str(process["parent_pid"]),
@@ -140,8 +162,10 @@ def processes_table(summary: dict[str, Any]) -> Any:
     return table
 
 
-def comparison_table(left: dict[str, Any], right: dict[str, Any], names: tuple[str, str]) -> Any:
-    """Per-operation seconds of two profiles side by side, with the ratio right / left."""
+def comparison_table(left: dict[str, Any], right: dict[str, Any], names: tuple[str, str],
+                     screen_width: int | None = None) -> Any:  # fmt: skip
+    """Per-operation seconds of two profiles side by side, with the ratio right / left; names
+    cut to fit `screen_width` beside the numbers."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -155,9 +179,10 @@ def comparison_table(left: dict[str, Any], right: dict[str, Any], names: tuple[s
     operations = list(dict.fromkeys([*left["operations"], *right["operations"]]))
     rows = [(n, left["operations"].get(n), right["operations"].get(n)) for n in operations]
     rows.append(("total", left["total"], right["total"]))
+    width = name_width(screen_width, 5)
     for i, (name, x, y) in enumerate(rows):
         table.add_row(
-            escape(name),
+            escape(short_name(name, width)),
             _seconds(x["seconds"]) if x else "-",
             f"{x['percent']:.1f}" if x else "-",
             _seconds(y["seconds"]) if y else "-",
@@ -212,7 +237,7 @@ def breakdown_figure(summary: dict[str, Any]) -> Any:
 
 def print_summary(screen: Any, summary: dict[str, Any]) -> None:
     """The operation table, the process table when there are several, and the note."""
-    screen.print(summary_table(summary))
+    screen.print(summary_table(summary, screen_width=screen.width))
     if len(summary["processes"]) > 1:
         screen.print(processes_table(summary))
     line = totals_line(summary)
