@@ -317,3 +317,18 @@ def test_profile_without_a_command_is_a_usage_error(capsys) -> None:
     assert main(["profile", "--"]) == 2
     err = capsys.readouterr().err
     assert "needs a command" in err and "hint:" in err
+
+
+def test_options_after_the_commands_first_word_are_the_commands(tmp_path: Path, capfd) -> None:
+    """As with pyinstrument and py-spy: `--` is optional, and an option after the command's
+    first word is the command's, even one rlsys has too; --help says so."""
+    script = write_script(tmp_path, "import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    out = tmp_path / "p"
+    argv = ["profile", "--quiet", "--out", str(out), str(script), "--out", "X", "--quiet"]
+    assert main(argv) == 0
+    assert json.loads(capfd.readouterr().out.splitlines()[0]) == ["--out", "X", "--quiet"]
+    assert load_summary(out)["command"][1:] == [str(script), "--out", "X", "--quiet"]
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    help_text = " ".join(capfd.readouterr().out.split())
+    assert "[--] COMMAND" in help_text and "a `--` before it is optional" in help_text

@@ -1,9 +1,12 @@
-"""`rlsys profile -- COMMAND...` and `rlsys report DIR [DIR2]`: the profiler's command line.
+"""`rlsys profile [--] COMMAND...` and `rlsys report DIR [DIR2]`: the profiler's command line.
 
-`rlsys profile [--out DIR] [--quiet] [--max-seconds S] -- python train.py ARGS...` runs the
-command (anything after `--`; a first word ending in `.py` runs with this Python) with
-recording on and automatic operations (`rlsys.profiler.hooks`), then writes into DIR
-(default runs/profile-<timestamp>):
+`rlsys profile [--out DIR] [--quiet] [--max-seconds S] [--] python train.py ARGS...` runs the
+command with recording on (a first word ending in `.py` runs with this Python). As with
+pyinstrument and py-spy, options before the command are rlsys's and everything from the
+command's first word on is the command's (`rlsys profile python train.py --out X` passes
+`--out X` to train.py); `--` before the command is optional. Automatic operations
+(`rlsys.profiler.hooks`) are recorded; then it writes into DIR (default
+runs/profile-<timestamp>):
 
     trace/<pid>.jsonl   the raw recording, one file per Python process
     summary.json        per-operation seconds per category and resource (schema:
@@ -49,8 +52,9 @@ from rlsys.profiler.summary import SummaryError, build_summary, load_summary, wr
 EXIT_USAGE = 2
 
 PROFILE_DESCRIPTION = (
-    "Run any Python RL script under the profiler: `rlsys profile [options] -- python "
-    "train.py ARGS...`. Environment steps (gymnasium, Stable-Baselines3, envpool), policy "
+    "Run any Python RL script under the profiler: `rlsys profile [options] [--] python "
+    "train.py ARGS...`: options go before the command; everything from its first word on is "
+    "the command's. Environment steps (gymnasium, Stable-Baselines3, envpool), policy "
     "inference and backpropagation (PyTorch, JAX) are recorded as operations without "
     "editing the script, each split into Python / simulator / ML backend time; the result "
     "folder holds summary.json, a Perfetto trace.json and breakdown.png. --calibrate "
@@ -100,8 +104,10 @@ def add_profile_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop the command (SIGINT) after S seconds and keep the partial profile",
     )  # fmt: skip
     parser.add_argument(
-        "command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-        help="the command to profile, after `--` (e.g. `-- python train.py --seed 1`)",
+        "command", nargs=argparse.REMAINDER, metavar="[--] COMMAND ...",
+        help="the command to profile and its arguments, after rlsys's options; everything "
+        "from its first word on is the command's (`python train.py --out x`: the script's "
+        "--out); a `--` before it is optional",
     )  # fmt: skip
 
 
