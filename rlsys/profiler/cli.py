@@ -46,6 +46,7 @@ from pathlib import Path
 from rlsys.profiler.calibrate import CalibrationError
 from rlsys.profiler.collectors.gpu_tracing import GPU_ENV
 from rlsys.profiler.collectors.nvml import start_sampler
+from rlsys.profiler.diagnose import nothing_recorded
 from rlsys.profiler.launch import CommandError, child_environment, run_child
 from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
 
@@ -70,6 +71,15 @@ class _UsageError(Exception):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+class _NothingRecorded(Exception):
+    """The command ran and no process of it recorded anything: no profile, no folder."""
+
+    def __init__(self, message: str, hint: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.exit_code = exit_code
 
 
 def _fail(err: BaseException, hint: str | None = None, verb: str = "profile") -> int:
@@ -125,6 +135,9 @@ def run_profile(args: argparse.Namespace) -> int:
         return _fail(err, err.hint)
     except (CommandError, CalibrationError) as err:
         return _fail(err)
+    except _NothingRecorded as err:
+        _fail(err, err.hint)
+        return err.exit_code
     except OSError as err:
         return _unwritable(err)
 
@@ -170,7 +183,7 @@ def _profile(args: argparse.Namespace) -> int:
     trace_dir = _made_folder(out / "trace")
     try:
         return _profile_into(args, command, out, trace_dir)
-    except (CommandError, CalibrationError):  # nothing profiled: no folder left behind
+    except (CommandError, CalibrationError, _NothingRecorded):  # no profile: no folder left
         with contextlib.suppress(OSError):
             trace_dir.rmdir()
             if created:
@@ -193,6 +206,8 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
     finally:
         samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
+    if not any(trace_dir.glob("*.jsonl")):
+        raise _NothingRecorded(*nothing_recorded(command), exit_code or EXIT_USAGE)
     try:
         session = Session.load_dir(trace_dir, on_skip=_warn_skipped)
     except ValueError as err:  # TraceFormatError, or two files claiming one pid
