@@ -206,6 +206,9 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
     finally:
         samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
+    if child.left_running:
+        print(f"rlsys profile: warning: left running after the command ended: "
+              f"{', '.join(child.left_running)}", file=sys.stderr)  # fmt: skip
     if not any(trace_dir.glob("*.jsonl")):
         raise _NothingRecorded(*nothing_recorded(command), exit_code or EXIT_USAGE)
     try:

@@ -19,7 +19,9 @@ are sent SIGTERM, then SIGKILL: stopping the command leaves none of it behind.
 Descendants that outlive the child (multiprocessing's forkserver and resource tracker exit
 just after it) are re-parented to this process, a Linux "child subreaper", rather than to
 init, so that we can find them: a command that ends on its own is done once they are too (up
-to `GRACE_S`), and its profile does not read their traces half-written.
+to `GRACE_S`), and its profile does not read their traces half-written. Those still running
+after `GRACE_S` (a server or daemon the command started) are left running, and named in
+`ChildRun.left_running`, which `rlsys profile` prints as one warning line.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class ChildRun:
     exit_code: int  # the child's code; 128+N when a signal N ended it
     stopped_by: str | None  # None, "interrupt" or "max-seconds"
     wall_seconds: float
+    left_running: tuple[str, ...] = ()  # "PID (command line)" of each still running after it
 
 
 def child_environment(trace_dir: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -90,6 +93,7 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
         reason = err.strerror or str(err)
         raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
     state = {"stopped_by": None, "signals": 0}
+    running: tuple[str, ...] = ()
     stopped: dict[int, psutil.Process] = {}  # every descendant a stop was sent to
 
     def send(signum: int) -> None:
@@ -125,13 +129,28 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
                 next_at = time.monotonic() + GRACE_S
         left = {p.pid: p for p in _orphans_adopted(ours_before)}
         if state["stopped_by"] is None:
-            psutil.wait_procs(list(left.values()), timeout=GRACE_S)
+            _, alive = psutil.wait_procs(list(left.values()), timeout=GRACE_S)
+            running = tuple(filter(None, map(_describe, sorted(alive, key=lambda p: p.pid))))
         else:
             _end(list({**stopped, **left}.values()))
     finally:
         _adopt_orphans(False)
         _restore(previous)
-    return ChildRun(_exit_code(returncode), state["stopped_by"], time.monotonic() - started)
+    return ChildRun(_exit_code(returncode), state["stopped_by"], time.monotonic() - started,
+                    running)  # fmt: skip
+
+
+def _describe(process: psutil.Process, width: int = 60) -> str | None:
+    """ "PID (command line)", the command line cut to `width`; None once it has ended."""
+    try:
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        line = " ".join(process.cmdline()) or process.name()
+    except psutil.Error:
+        return None
+    if len(line) > width:
+        line = line[: width - 1] + "\u2026"
+    return f"{process.pid} ({line})"
 
 
 def _adopt_orphans(on: bool) -> None:
