@@ -7,6 +7,8 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,62 @@ def test_a_process_left_running_is_named(tmp_path: Path, monkeypatch, capsys) ->
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def interrupted_at(where: str):
+    """A stand-in for `where` that is interrupted as it runs (Ctrl-C)."""
+
+    def stand_in(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    return stand_in
+
+
+@pytest.mark.parametrize("where", ["trace.json", "report.html"])
+def test_interrupted_while_written_no_file_is_cut(where: str, tmp_path: Path, monkeypatch,
+                                                   capsys) -> None:  # fmt: skip
+    """trace.json was left cut, or summary.json was there without report.html: a folder with
+    summary.json now holds the whole profile, and no file is ever half written."""
+    from rlsys.profiler import report_html
+    from rlsys.trace import chrome
+
+    if where == "trace.json":  # after the events are written, before the trailer
+        monkeypatch.setattr(chrome, "_trailer", interrupted_at(where))
+    else:
+        monkeypatch.setattr(report_html, "render_report", interrupted_at(where))
+    script = tmp_path / "script.py"
+    script.write_text("import rlsys\nwith rlsys.operation('work'):\n    pass\n")
+    out = tmp_path / "p"
+    assert main(["profile", "--quiet", "--out", str(out), str(script)]) == 130
+    assert not (out / "summary.json").exists() and not (out / where).exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp")) == []
+    assert any((out / "trace").glob("*.jsonl"))  # the recording is kept
+    assert "interrupted: while writing the profile" in capsys.readouterr().err
+
+
+SIGTERM_WHILE_WRITING = """
+import os, signal, sys, time
+from rlsys.profiler import report_html
+
+def render_report(summary):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+
+report_html.render_report = render_report
+from rlsys.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """SIGTERM's default action ended the process at once, mid-file."""
+    script = tmp_path / "script.py"
+    script.write_text("pass\n")
+    out = tmp_path / "p"
+    done = subprocess.run([sys.executable, "-c", SIGTERM_WHILE_WRITING, "profile", "--quiet",
+                           "--out", str(out), str(script)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "interrupted: while writing the profile" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["breakdown.png", "trace", "trace.json"]

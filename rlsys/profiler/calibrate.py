@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsys.profiler import sources as _sources
+from rlsys.profiler.atomic import write_text
 from rlsys.profiler.launch import child_environment
 from rlsys.profiler.result import CPU_CATEGORIES, Breakdown, Times
 from rlsys.trace import Category
@@ -461,5 +462,5 @@ def load_cached(command: Sequence[str]) -> Calibration | None:
 def save_cached(calibration: Calibration) -> Path:
     path = cache_path(calibration.command)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(calibration.to_dict(), indent=2) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(calibration.to_dict(), indent=2) + "\n")
     return path

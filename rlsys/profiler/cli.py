@@ -16,7 +16,10 @@ runs/profile-<timestamp>):
     report.html         table, plot and verdict on one self-contained page
     gpu_util.png        where a GPU was found (NVML): true GPU-busy time vs polled utilization
 
-and prints the per-operation table.
+and prints the per-operation table. Each file is written whole or not at all
+(`rlsys.profiler.atomic`), and summary.json last: a folder with summary.json holds the whole
+profile; one interrupted while writing (Ctrl-C, SIGTERM) holds the recording, trace/, and
+perhaps some of the other files, but no summary.json, so `rlsys report` refuses it.
 
 `--calibrate` first measures what the profiler costs this command (`rlsys.profiler.calibrate`:
 `--calibration-runs N` runs of the command in each of three configurations, cached per
@@ -43,11 +46,18 @@ import sys
 import time
 from pathlib import Path
 
+from rlsys.profiler.atomic import replacing
 from rlsys.profiler.calibrate import CalibrationError
 from rlsys.profiler.collectors.gpu_tracing import GPU_ENV
 from rlsys.profiler.collectors.nvml import start_sampler
 from rlsys.profiler.diagnose import nothing_recorded
-from rlsys.profiler.launch import CommandError, child_environment, run_child
+from rlsys.profiler.launch import (
+    CommandError,
+    Interrupted,
+    child_environment,
+    run_child,
+    signals_interrupt,
+)
 from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
 
 EXIT_USAGE = 2
@@ -144,7 +154,8 @@ def run_profile(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     try:
-        return _report(args)
+        with signals_interrupt():  # SIGTERM too: no temporary file is left
+            return _report(args)
     except _UsageError as err:
         return _fail(err, err.hint, verb="report")
     except SummaryError as err:
@@ -221,8 +232,13 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
             file=sys.stderr,
         )
         return exit_code or EXIT_USAGE
-    return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
-                          calibration)  # fmt: skip
+    try:
+        with signals_interrupt():
+            return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
+                                  calibration)  # fmt: skip
+    except KeyboardInterrupt as err:
+        raise Interrupted(f"while writing the profile; the recording is in {trace_dir}",
+                          getattr(err, "exit_code", 130)) from None  # fmt: skip
 
 
 def _warn_skipped(message: str) -> None:
@@ -271,7 +287,8 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
     from rlsys.profiler.report_html import write_report
     from rlsys.trace import write_chrome_trace
 
-    write_chrome_trace(session, out / "trace.json")
+    with replacing(out / "trace.json") as temporary:
+        write_chrome_trace(session, temporary)
     try:
         result = breakdown(session)
     except ProfileError as err:
@@ -286,9 +303,9 @@ def _write_profile(session, out: Path, command: list[str], child, exit_code: int
         calibration=calibration,
     )
     add_gpu_section(summary, session, samples, out)
-    write_summary(summary, out)
     plot_breakdown(summary, out / "breakdown.png")
     write_report(summary, out)
+    write_summary(summary, out)  # last: a folder with summary.json holds the whole profile
     screen = console()
     if not quiet:
         print_summary(screen, summary)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlsys.profiler.atomic import write_text
 from rlsys.profiler.collectors.nvml import DEFAULT_PERIOD_S, Sample
 from rlsys.profiler.overlap import Interval, union
 from rlsys.trace import Category, Session
@@ -159,7 +160,7 @@ def add_counters(trace_path: str | os.PathLike[str], section: dict[str, Any]) ->
     path = Path(trace_path)
     trace = json.loads(path.read_text(encoding="utf-8"))
     trace["traceEvents"].extend(counter_events(section))
-    path.write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")
+    write_text(path, json.dumps(trace, separators=(",", ":")))
 
 
 def plot_gpu(section: dict[str, Any], directory: str | os.PathLike[str]) -> Path:

@@ -51,6 +51,29 @@ class CommandError(RuntimeError):
     """The command could not be started (one line: which command and why)."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped `rlsys profile` itself; `exit_code` is 128 + the signal."""
+
+    def __init__(self, message: str = "", exit_code: int = 128 + signal.SIGINT) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While entered, SIGINT and SIGTERM raise `Interrupted`: SIGTERM's default would end the
+    process at once, leaving a temporary file behind (`rlsys.profiler.atomic`)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted(exit_code=128 + signum)
+
+    previous = _install(interrupt)
+    try:
+        yield
+    finally:
+        _restore(previous)
+
+
 @dataclass(frozen=True)
 class ChildRun:
     exit_code: int  # the child's code; 128+N when a signal N ended it

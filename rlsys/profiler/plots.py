@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 from typing import Any
+
+from rlsys.profiler.atomic import replacing
 
 
 def save_and_close(figure: Any, target: Any, dpi: int = 100) -> None:
-    """Save the figure as PNG to `target` (a path or a binary file), then close it."""
+    """Save the figure as PNG to `target` (a path, written atomically, or a binary file),
+    then close it."""
     import matplotlib.pyplot as plt
 
     try:
-        figure.savefig(target, format="png", dpi=dpi)
+        if isinstance(target, (str, os.PathLike)):
+            with replacing(target) as temporary:
+                figure.savefig(temporary, format="png", dpi=dpi)
+        else:
+            figure.savefig(target, format="png", dpi=dpi)
     finally:
         plt.close(figure)
 

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from rlsys.profiler.atomic import write_text
 from rlsys.profiler.plots import gpu_figure, png_data_uri
 from rlsys.profiler.render import _used_categories, breakdown_figure, status_line
 from rlsys.profiler.verdict import comparison_verdict, verdict
@@ -191,8 +192,7 @@ def render_comparison(left: dict[str, Any], right: dict[str, Any], names: tuple[
 
 def write_report(summary: dict[str, Any], directory: str | os.PathLike[str]) -> Path:
     path = Path(directory) / REPORT_FILE
-    path.write_text(render_report(summary), encoding="utf-8")
-    return path
+    return write_text(path, render_report(summary))
 
 
 def write_comparison(
@@ -202,5 +202,4 @@ def write_comparison(
     directory: str | os.PathLike[str],
 ) -> Path:
     path = Path(directory) / COMPARE_FILE
-    path.write_text(render_comparison(left, right, names), encoding="utf-8")
-    return path
+    return write_text(path, render_comparison(left, right, names))

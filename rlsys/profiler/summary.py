@@ -61,6 +61,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlsys.profiler.atomic import write_text
 from rlsys.profiler.calibrate import Calibration, correct_times, totals
 from rlsys.profiler.result import NO_OPERATION, Breakdown, Times
 
@@ -165,8 +166,7 @@ def build_summary(
 
 def write_summary(summary: dict[str, Any], directory: str | os.PathLike[str]) -> Path:
     path = Path(directory) / SUMMARY_FILE
-    path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_text(path, json.dumps(summary, indent=2) + "\n")
 
 
 def load_summary(directory: str | os.PathLike[str]) -> dict[str, Any]:
