@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rlsys import __version__
 from rlsys.errors import UsageError
-from rlsys.stop_signals import StopRequests
+from rlsys.stop_signals import HeldStops, StopRequests
 
 EXIT_USAGE = 2
 NEGATIVE_NUMBER = r"^-((\d+\.?\d*|\.\d+)(e[-+]?\d+)?|inf|infinity|nan)$"  # what float() reads
@@ -208,19 +208,19 @@ def _see_help(args: argparse.Namespace | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `rlsys train` stops on Ctrl-C or SIGTERM where it can checkpoint; its handlers go in
-    # first, so that a signal during its imports or compilation is not lost either.
-    with StopRequests() if argv[:1] == ["train"] else contextlib.nullcontext() as stops:
+    # `rlsys train` stops on Ctrl-C or SIGTERM where it can checkpoint, and `rlsys profile`
+    # before it starts its command; their handlers go in first, so that a signal during the
+    # imports (JAX: about 2 s) is not lost either.
+    guards = {"train": StopRequests, "profile": HeldStops}
+    guard = guards.get(argv[0]) if argv else None
+    with guard() if guard else contextlib.nullcontext() as stops:
         return _main(argv, stops)
 
 
 def _main(argv: list[str], stops: StopRequests | None) -> int:
-    # Imported here, after the handlers: it imports JAX (about 2 s).
-    from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
-
-    parser = build_parser()
     args = None
     try:
+        parser = build_parser()  # in the try: a Ctrl-C in its imports is one line too
         args = parser.parse_args(argv)
         if args.verb is None:
             parser.print_help()
@@ -232,6 +232,8 @@ def _main(argv: list[str], stops: StopRequests | None) -> int:
         print(f"hint: {err.hint or _see_help(args)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as err:
+        from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
+
         if isinstance(err, RecurrenceError) and not isinstance(err, MemoryError):
             print(f"error: {err}", file=sys.stderr)  # a program that cannot be built
             print(f"hint: {_see_help(args)}", file=sys.stderr)

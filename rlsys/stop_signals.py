@@ -1,4 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM while `rlsys train` runs: stop cleanly, with a checkpoint.
+"""Ctrl-C (SIGINT) and SIGTERM while `rlsys train` runs: stop cleanly, with a checkpoint
+(`StopRequests`); and before `rlsys profile` starts its command (`HeldStops`).
 
 The first signal only asks to stop: training checks between jitted calls (`check`) and
 stops there, after checkpointing what the finished calls did. Raising from the handler at
@@ -83,3 +84,16 @@ class StopRequests:
             self._deferring = False
         if self._deferred is not None:
             self._stop(self._deferred)
+
+
+class HeldStops(StopRequests):
+    """Until `rlsys profile` starts its command (which then gets the signals): the first
+    SIGINT or SIGTERM is only remembered (`requested`; the profile checks it before it
+    starts the command), and a second raises Stopped at once. Raising at the first would
+    not do: the signal lands in the middle of importing JAX, whose garbage-collection hook
+    dropped the exception (the Ctrl-C was lost) or whose import printed it as a traceback."""
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.requested is not None:
+            self._stop(signum)
+        self.requested = signum

@@ -120,3 +120,44 @@ def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert "interrupted: while writing the profile" in done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["breakdown.png", "trace", "trace.json"]
+
+
+CTRL_C_WHILE_IMPORTING = """
+import os, signal, sys
+import rlsys.cli
+
+build_parser = rlsys.cli.build_parser
+
+def slow_imports():  # a Ctrl-C while the parser's modules (JAX) are imported
+    os.kill(os.getpid(), signal.SIGINT)
+    return build_parser()
+
+rlsys.cli.build_parser = slow_imports
+sys.exit(rlsys.cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_before_the_command_starts_ends_cleanly(tmp_path: Path) -> None:
+    """It was lost in JAX's garbage-collection hook (the command ran to its end), or printed
+    a KeyboardInterrupt traceback from the imports."""
+    marker = tmp_path / "ran"
+    script = tmp_path / "script.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    out = tmp_path / "p"
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_IMPORTING, "profile", "--out",
+                           str(out), str(script)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == ["interrupted: before the command started"]
+    assert not marker.exists() and not out.exists()  # no command, no folder
+
+
+def test_ctrl_c_before_the_command_recorded_anything_leaves_no_folder(tmp_path: Path,
+                                                                       capsys) -> None:  # fmt: skip
+    """It said "no profile" with a hint about interpreters, and left an empty folder."""
+    out = tmp_path / "p"
+    command = ["sh", "-c", "kill -INT $PPID; sleep 5"]  # the Ctrl-C reaches rlsys profile
+    assert main(["profile", "--out", str(out), "--", *command]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["interrupted: before the command recorded anything; no profile written"]
+    assert not out.exists()

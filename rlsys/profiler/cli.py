@@ -28,7 +28,10 @@ operation and the total corrected for that cost, next to the uninstrumented time
 
 Its exit code is the command's (128+N if a signal N
 ended it); 0 when `--max-seconds` stopped the command, as asked; 2 when the command cannot
-be started or the arguments are wrong.
+be started, recorded nothing (it is not Python) or the arguments are wrong. A signal N to
+`rlsys profile` before its command starts (held from the start: `rlsys.cli`), before the
+command recorded anything, or while the results are written ends it with one line,
+`interrupted: ...`, and 128+N; before the command records, no folder is left.
 
 `rlsys report DIR` prints a profile's table again (and redraws its plot and report.html into
 --out, default DIR); `rlsys report DIR1 DIR2` compares two profiles operation by operation
@@ -189,12 +192,14 @@ def _profile(args: argparse.Namespace) -> int:
         _check_calibration_options(args)
     if args.out is not None and _holds_results(args.out):
         raise _UsageError(f"{args.out} already holds a profile", hint="pass a new --out DIR")
+    _stop_if_asked(args)
     created = args.out is None or not args.out.exists()
     out = args.out or _new_default_folder()
     trace_dir = _made_folder(out / "trace")
     try:
         return _profile_into(args, command, out, trace_dir)
-    except (CommandError, CalibrationError, _NothingRecorded):  # no profile: no folder left
+    except (CommandError, CalibrationError, _NothingRecorded, KeyboardInterrupt):
+        # No profile, no folder left behind (rmdir: a folder holding a recording is kept)
         with contextlib.suppress(OSError):
             trace_dir.rmdir()
             if created:
@@ -213,7 +218,7 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
     if sampler is not None:
         environment[GPU_ENV] = "1"  # the child starts torch/JAX GPU tracing on their import
     try:
-        child = run_child(command, environment, args.max_seconds)
+        child = run_child(command, environment, args.max_seconds, lambda: _asked(args))
     finally:
         samples = sampler.stop() if sampler is not None else []
     exit_code = 0 if child.stopped_by == "max-seconds" else child.exit_code
@@ -221,6 +226,9 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
         print(f"rlsys profile: warning: left running after the command ended: "
               f"{', '.join(child.left_running)}", file=sys.stderr)  # fmt: skip
     if not any(trace_dir.glob("*.jsonl")):
+        if child.stopped_by == "interrupt":  # a Ctrl-C as Python started
+            raise Interrupted("before the command recorded anything; no profile written",
+                              exit_code or 130)  # fmt: skip
         raise _NothingRecorded(*nothing_recorded(command), exit_code or EXIT_USAGE)
     try:
         session = Session.load_dir(trace_dir, on_skip=_warn_skipped)
@@ -244,6 +252,19 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
 def _warn_skipped(message: str) -> None:
     # A stray file in the trace folder, or a damaged line, costs its own events only.
     print(f"rlsys profile: warning: {message}", file=sys.stderr)
+
+
+def _asked(args: argparse.Namespace) -> int | None:
+    """The signal that asked `rlsys profile` to stop before its command started, if any:
+    `rlsys.cli` holds SIGINT and SIGTERM from its start (`args.stops.requested`), as heavy
+    imports could lose or garble the KeyboardInterrupt."""
+    return getattr(getattr(args, "stops", None), "requested", None)
+
+
+def _stop_if_asked(args: argparse.Namespace) -> None:
+    signum = _asked(args)
+    if signum is not None:
+        raise Interrupted("before the command started", 128 + signum)
 
 
 def _check_calibration_options(args: argparse.Namespace) -> None:
@@ -270,6 +291,7 @@ def _calibration(command: list[str], args: argparse.Namespace):
     def report(run) -> None:
         print(f"rlsys profile: calibration run {run.configuration}: "
               f"{run.wall_ns / 1e9:.3f} s, events {dict(run.events)}", file=sys.stderr)  # fmt: skip
+        _stop_if_asked(args)
 
     calibration = calibrate.calibrate(command, args.calibration_runs, on_run=report)
     path = calibrate.save_cached(calibration)

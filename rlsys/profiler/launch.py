@@ -4,17 +4,19 @@ The child gets RLSYS_TRACE_DIR (every Python process of it records `<pid>.jsonl`
 the bootstrap directory first on PYTHONPATH (its `sitecustomize` installs the automatic
 operations, `rlsys.profiler.hooks`). Both are inherited by the child's own children.
 
-Signals: SIGINT and SIGTERM sent to `rlsys profile` go to the child, which ends as it would
-on its own (Python raises KeyboardInterrupt, closes its trace at exit); the profile is then
-marked partial. Ctrl-C in a terminal already reaches the child, which shares our process
-group, so the first SIGINT is not forwarded when our process group is the terminal's
-foreground group; any later one is, and a third is sent as SIGTERM, a fourth as SIGKILL (a
-command that ignores SIGINT would otherwise hold `rlsys profile` until it is itself killed,
-and go on running without it). `max_seconds`: SIGINT at the limit, SIGTERM `GRACE_S`
-later, SIGKILL `GRACE_S` after that (a killed process leaves its trace loadable, partial).
-What we send goes to the child's descendants too (its own workers, which a terminal's Ctrl-C
-reaches as members of the group), and any of them still running once the child has ended
-are sent SIGTERM, then SIGKILL: stopping the command leaves none of it behind.
+Signals: a signal that came before the command starts (`run_child`'s `asked`) means it is
+not started (`Interrupted`). SIGINT and SIGTERM sent to `rlsys profile` go to the child,
+which ends as it would on its own (Python raises KeyboardInterrupt, closes its trace at
+exit); the profile is then marked partial. Ctrl-C in a terminal already reaches the child,
+which shares our process group, so the first SIGINT is not forwarded when our process group
+is the terminal's foreground group; any later one is, and a third is sent as SIGTERM, a
+fourth as SIGKILL (a command that ignores SIGINT would otherwise hold `rlsys profile` until
+it is itself killed, and go on running without it). `max_seconds`: SIGINT at the limit,
+SIGTERM `GRACE_S` later, SIGKILL `GRACE_S` after that (a killed process leaves its trace
+loadable, partial). What we send goes to the child's descendants too (its own workers, which
+a terminal's Ctrl-C reaches as members of the group), and any of them still running once the
+child has ended are sent SIGTERM, then SIGKILL: stopping the command leaves none of it
+behind.
 
 Descendants that outlive the child (multiprocessing's forkserver and resource tracker exit
 just after it) are re-parented to this process, a Linux "child subreaper", rather than to
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,23 +106,24 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | None) -> ChildRun:
-    """Run `command` to its end (see the module docstring for signals and the time limit)."""
+def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | None,
+              asked: Callable[[], int | None] | None = None) -> ChildRun:  # fmt: skip
+    """Run `command` to its end (see the module docstring for signals and the time limit).
+
+    `asked()`: a signal that came before (its number, else None); then the command is not
+    started (Interrupted). Our handlers go in before that check and before the command
+    starts, so that no signal falls between ours and the caller's and is lost.
+    """
     started = time.monotonic()
     ours_before = {p.pid for p in psutil.Process().children()}
-    _adopt_orphans(True)
-    try:
-        child = subprocess.Popen(command, env=dict(env))
-    except OSError as err:
-        _adopt_orphans(False)
-        reason = err.strerror or str(err)
-        raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
     state = {"stopped_by": None, "signals": 0}
     running: tuple[str, ...] = ()
     stopped: dict[int, psutil.Process] = {}  # every descendant a stop was sent to
+    started_child: list[subprocess.Popen] = []  # the child, once it has started
 
     def send(signum: int) -> None:
-        stopped.update(_send_to_tree(child.pid, signum))
+        if started_child:
+            stopped.update(_send_to_tree(started_child[0].pid, signum))
 
     def forward(signum: int, frame: object) -> None:
         state["signals"] += 1
@@ -136,7 +139,19 @@ def run_child(command: list[str], env: Mapping[str, str], max_seconds: float | N
         send(signum)
 
     previous = _install(forward)
+    _adopt_orphans(True)
     try:
+        signum = asked() if asked is not None else None
+        if signum is not None:
+            raise Interrupted("before the command started", 128 + signum)
+        try:
+            child = subprocess.Popen(command, env=dict(env))
+        except OSError as err:
+            reason = err.strerror or str(err)
+            raise CommandError(f"cannot start {command[0]!r}: {reason}") from None
+        started_child.append(child)
+        if state["signals"]:  # came while it started: it may not have reached the child
+            send(signal.SIGINT)
         escalation = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
         next_at = started + max_seconds if max_seconds is not None else None
         while True:
