@@ -77,13 +77,13 @@ def _add_common_options(parser: argparse.ArgumentParser, writes: bool = True,
 
 
 def add_compile_cache_options(parser: argparse.ArgumentParser) -> None:
-    from rlsys.compiler.disk_cache import default_directory
-
+    # The default is said in words, not as `rlsys.compiler.disk_cache.default_directory()`:
+    # importing that module imports JAX (about 2 s), for every verb's parser.
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--compile-cache", type=folder, default=None, metavar="DIR",
-        help=f"keep compiled programs in DIR, so that running one again skips XLA's "
-             f"compilation (default: {default_directory()})",
+        help="keep compiled programs in DIR, so that running one again skips XLA's "
+             "compilation (default: $XDG_CACHE_HOME/rlsys/jax, else ~/.cache/rlsys/jax)",
     )  # fmt: skip
     group.add_argument("--no-compile-cache", action="store_true",
                        help="compile afresh and keep nothing")  # fmt: skip
@@ -232,16 +232,22 @@ def _main(argv: list[str], stops: StopRequests | None) -> int:
         print(f"hint: {err.hint or _see_help(args)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as err:
-        from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
-
-        if isinstance(err, RecurrenceError) and not isinstance(err, MemoryError):
+        # Only a verb that imported the compiler (and JAX) can raise its errors: `rlsys
+        # profile` and `rlsys report` start without it
+        compiler = sys.modules.get("rlsys.compiler.errors")
+        too_large = compiler.ProgramTooLargeError if compiler else ()
+        if (
+            compiler
+            and isinstance(err, compiler.RecurrenceError)
+            and not isinstance(err, MemoryError)
+        ):
             print(f"error: {err}", file=sys.stderr)  # a program that cannot be built
             print(f"hint: {_see_help(args)}", file=sys.stderr)
             return EXIT_USAGE
         if not _out_of_memory(err):
             raise
         why = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        what = "too large" if isinstance(err, ProgramTooLargeError) else "out of memory"
+        what = "too large" if isinstance(err, too_large) else "out of memory"
         print(f"error: {what}: {why}", file=sys.stderr)
         hint = OUT_OF_MEMORY_HINTS.get(getattr(args, "verb", None) or "", "make the job smaller")
         print(f"hint: {hint}", file=sys.stderr)

@@ -76,3 +76,19 @@ def test_console_script_runs_as_a_process() -> None:
     assert result.returncode == 0
     for verb in VERBS:
         assert verb in result.stdout
+
+
+def test_profile_and_report_start_without_importing_jax(tmp_path) -> None:
+    """JAX's import (about 2 s, for the --compile-cache help) delayed every `rlsys profile`
+    and `rlsys report`, and was where an early Ctrl-C got lost."""
+    code = (
+        "import sys\n"
+        "from rlsys.cli import main\n"
+        "assert main(['report', 'no-such-folder']) == 2\n"
+        "assert main(['profile', '--', 'rlsys-no-such-command']) == 2\n"
+        "print(sorted(m for m in ('jax', 'rlsys.compiler') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
