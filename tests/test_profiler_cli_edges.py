@@ -161,3 +161,16 @@ def test_ctrl_c_before_the_command_recorded_anything_leaves_no_folder(tmp_path: 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["interrupted: before the command recorded anything; no profile written"]
     assert not out.exists()
+
+
+def test_ctrl_c_while_the_bootstrap_imports_is_not_a_fatal_error(tmp_path: Path) -> None:
+    """Raised out of sitecustomize, it ended the profiled Python with "Fatal Python error:
+    init_import_site" and a dump; now it ends as an interrupted program does."""
+    own = tmp_path / "own"  # the interpreter's own sitecustomize, which the bootstrap runs
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("raise KeyboardInterrupt\n")
+    env = launch.child_environment(tmp_path / "trace", {**os.environ, "PYTHONPATH": str(own)})
+    done = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == -signal.SIGINT
+    assert done.stdout == "" and done.stderr == ""

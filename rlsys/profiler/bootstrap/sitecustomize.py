@@ -17,7 +17,7 @@ before its own code. It
 
 If the interpreter cannot import rlsys from its own path, the rlsys this file belongs to is
 appended to `sys.path`. Nothing here may stop the program: any failure prints one warning to
-stderr and the program runs unprofiled.
+stderr and the program runs unprofiled; a Ctrl-C here ends it as it would end the program.
 """
 
 
@@ -51,5 +51,20 @@ def _bootstrap() -> None:
         print(f"rlsys profile: not profiling this process ({err!r})", file=sys.stderr)
 
 
-_bootstrap()
-del _bootstrap
+def _interrupted() -> None:
+    """Ctrl-C while the bootstrap imports (the first tenth of a second): raised out of
+    sitecustomize, Python ends with "Fatal Python error: init_import_site" and a dump of the
+    import stack. End as a Python program interrupted by SIGINT does (exit code 130)."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)  # were the signal not delivered at once
+
+
+try:
+    _bootstrap()
+except KeyboardInterrupt:
+    _interrupted()
+del _bootstrap, _interrupted
