@@ -174,3 +174,23 @@ def test_ctrl_c_while_the_bootstrap_imports_is_not_a_fatal_error(tmp_path: Path)
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == -signal.SIGINT
     assert done.stdout == "" and done.stderr == ""
+
+
+def test_ctrl_c_while_the_recording_is_read_stops(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Between the command's end and the writing, a first Ctrl-C was only held (as before
+    the command started) and then forgotten: the profile went on to its end."""
+    from rlsys.trace import Session
+
+    load_dir = Session.load_dir
+
+    def interrupted_load(directory):
+        os.kill(os.getpid(), signal.SIGINT)
+        return load_dir(directory)
+
+    monkeypatch.setattr(Session, "load_dir", staticmethod(interrupted_load))
+    script = tmp_path / "script.py"
+    script.write_text("pass\n")
+    out = tmp_path / "p"
+    assert main(["profile", "--quiet", "--out", str(out), str(script)]) == 130
+    assert "interrupted: while writing the profile" in capsys.readouterr().err
+    assert not (out / "summary.json").exists()

@@ -209,8 +209,6 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
                   trace_dir: Path) -> int:  # fmt: skip
-    from rlsys.trace import Session
-
     calibration = _calibration(command, args) if args.calibrate else None
     sampler = start_sampler()  # None without an NVIDIA GPU: then no GPU collector runs
     environment = child_environment(trace_dir)
@@ -231,6 +229,19 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
                               exit_code or 130)  # fmt: skip
         raise _NothingRecorded(*nothing_recorded(command), exit_code or EXIT_USAGE)
     try:
+        with signals_interrupt():  # the recording is read, then the results written
+            return _load_and_write(args, command, out, child, exit_code, samples, calibration)
+    except KeyboardInterrupt as err:
+        raise Interrupted(f"while writing the profile; the recording is in {trace_dir}",
+                          getattr(err, "exit_code", 130)) from None  # fmt: skip
+
+
+def _load_and_write(args: argparse.Namespace, command: list[str], out: Path, child,
+                    exit_code: int, samples: list, calibration) -> int:  # fmt: skip
+    from rlsys.trace import Session
+
+    trace_dir = out / "trace"
+    try:
         session = Session.load_dir(trace_dir, on_skip=_warn_skipped)
     except ValueError as err:  # TraceFormatError, or two files claiming one pid
         print(f"error: no profile: {err}", file=sys.stderr)
@@ -240,13 +251,8 @@ def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
             file=sys.stderr,
         )
         return exit_code or EXIT_USAGE
-    try:
-        with signals_interrupt():
-            return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
-                                  calibration)  # fmt: skip
-    except KeyboardInterrupt as err:
-        raise Interrupted(f"while writing the profile; the recording is in {trace_dir}",
-                          getattr(err, "exit_code", 130)) from None  # fmt: skip
+    return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
+                          calibration)  # fmt: skip
 
 
 def _warn_skipped(message: str) -> None:
