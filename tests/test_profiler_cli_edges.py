@@ -194,3 +194,14 @@ def test_ctrl_c_while_the_recording_is_read_stops(tmp_path: Path, monkeypatch, c
     assert main(["profile", "--quiet", "--out", str(out), str(script)]) == 130
     assert "interrupted: while writing the profile" in capsys.readouterr().err
     assert not (out / "summary.json").exists()
+
+
+def test_a_damaged_recording_is_not_blamed_on_the_interpreter(tmp_path: Path, capsys) -> None:
+    """The hint asked whether the command was "run with an interpreter that has rlsys"."""
+    junk = "import os; open(os.environ['RLSYS_TRACE_DIR'] + '/1.jsonl', 'w').write('junk')"
+    out = tmp_path / "p"
+    assert main(["profile", "--out", str(out), "--", sys.executable, "-c", junk]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith(f"error: no profile: {out / 'trace' / '1.jsonl'}")
+    hint = f"hint: a file in {out / 'trace'} is damaged or not written by rlsys (kept there"
+    assert err[1].startswith(hint) and err[1].endswith("run the profile again into a new --out DIR")

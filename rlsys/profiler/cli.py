@@ -244,12 +244,10 @@ def _load_and_write(args: argparse.Namespace, command: list[str], out: Path, chi
     try:
         session = Session.load_dir(trace_dir, on_skip=_warn_skipped)
     except ValueError as err:  # TraceFormatError, or two files claiming one pid
+        # The command ran and something was recorded (`nothing_recorded` is the other case)
         print(f"error: no profile: {err}", file=sys.stderr)
-        print(
-            "hint: only Python processes that can import rlsys are recorded; is the command "
-            "a Python program run with an interpreter that has rlsys?",
-            file=sys.stderr,
-        )
+        print(f"hint: a file in {trace_dir} is damaged or not written by rlsys (kept there to "
+              "look at); run the profile again into a new --out DIR", file=sys.stderr)  # fmt: skip
         return exit_code or EXIT_USAGE
     return _write_profile(session, out, command, child, exit_code, args.quiet, samples,
                           calibration)  # fmt: skip
