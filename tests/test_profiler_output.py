@@ -6,12 +6,13 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from profile_fixtures import SIMULATION_HEAVY, make_summary
 from rich.console import Console
 
-from rlsys.profiler.render import comparison_table, print_summary
+from rlsys.profiler.render import breakdown_figure, comparison_table, print_summary
 from rlsys.profiler.summary import write_summary
 from rlsys.trace import Category
 
@@ -62,3 +63,22 @@ def test_a_long_operation_name_is_cut_and_the_numbers_keep_their_width() -> None
         row = next(line for line in screen.file.getvalue().splitlines() if "step-" in line)
         assert "\u2026" in row and "0.780" in row and "1.00x" in row
     assert long in summary["operations"]
+
+
+def test_a_long_operation_name_leaves_the_plot_its_bars(tmp_path: Path) -> None:
+    """matplotlib warned "Tight layout not applied" (four times per profile) and drew the
+    bars in a sliver beside a 300-character label."""
+    long = "step-" + "x" * 295
+    summary = make_summary([(long, 0.0, 0.78, Category.SIMULATOR),
+                            (long + "2", 0.78, 1.0, Category.BACKEND)])  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        figure = breakdown_figure(summary)
+    try:
+        labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+        assert len(labels) == 2 and all(len(t) <= 24 and t.endswith("\u2026") for t in labels)
+        assert len(figure.axes[0].patches) == 4  # two categories of two bars
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)

@@ -90,6 +90,7 @@ NAME_WIDTH = 48
 """The most characters of an operation name a terminal table shows: rich gives a longer name
 the width of the number columns, which shrank to nothing (a column that does not wrap is
 never shrunk). Full names stay in summary.json and report.html."""
+PLOT_NAME_WIDTH = 24  # characters of an operation name under its bar
 NUMBER_WIDTH = 10  # a number column: "100.0" or "12.345" and the padding and border
 
 
@@ -219,17 +220,19 @@ def breakdown_figure(summary: dict[str, Any]) -> Any:
     operations = list(summary["operations"].items())
     categories = _used_categories([summary]) or ["python"]
     figure, axes = plt.subplots(figsize=(max(4.0, 1.3 * len(operations) + 2.5), 4.0))
-    names = [name for name, _ in operations]
+    places = list(range(len(operations)))  # by place: two names cut alike stay two bars
     bottom = [0.0] * len(operations)
     for category in categories:
         heights = [times["categories"].get(category, 0.0) for _, times in operations]
-        axes.bar(names, heights, bottom=bottom, label=category,
+        axes.bar(places, heights, bottom=bottom, label=category,
                  color=CATEGORY_COLORS.get(category))  # fmt: skip
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     axes.set_ylabel("thread seconds")
     status = "" if summary["complete"] else " (partial)"
     axes.set_title(f"time per operation by category{status}", fontsize=10)
     axes.legend(fontsize=8)
+    # Names cut as in the tables: a long one left no room for the bars (tight_layout warned)
+    axes.set_xticks(places, [short_name(name, PLOT_NAME_WIDTH) for name, _ in operations])
     axes.tick_params(axis="x", labelrotation=20, labelsize=8)
     figure.tight_layout()
     return figure
