@@ -183,9 +183,9 @@ def test_ctrl_c_while_the_recording_is_read_stops(tmp_path: Path, monkeypatch, c
 
     load_dir = Session.load_dir
 
-    def interrupted_load(directory):
+    def interrupted_load(directory, **options):
         os.kill(os.getpid(), signal.SIGINT)
-        return load_dir(directory)
+        return load_dir(directory, **options)
 
     monkeypatch.setattr(Session, "load_dir", staticmethod(interrupted_load))
     script = tmp_path / "script.py"
@@ -198,10 +198,16 @@ def test_ctrl_c_while_the_recording_is_read_stops(tmp_path: Path, monkeypatch, c
 
 def test_a_damaged_recording_is_not_blamed_on_the_interpreter(tmp_path: Path, capsys) -> None:
     """The hint asked whether the command was "run with an interpreter that has rlsys"."""
-    junk = "import os; open(os.environ['RLSYS_TRACE_DIR'] + '/1.jsonl', 'w').write('junk')"
+    # The command's own recording is its only file (a stray file next to a good one costs
+    # only itself: test_profiler_cli.py), damaged after it was closed.
+    junk = (
+        "import os, rlsys; rlsys.stop_recording(); "
+        "open(f\"{os.environ['RLSYS_TRACE_DIR']}/{os.getpid()}.jsonl\", 'w').write('junk')"
+    )
     out = tmp_path / "p"
     assert main(["profile", "--out", str(out), "--", sys.executable, "-c", junk]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and err[0].startswith(f"error: no profile: {out / 'trace' / '1.jsonl'}")
+    assert len(err) == 3 and "file skipped" in err[0]
+    assert err[1].startswith(f"error: no profile: {out / 'trace'}: none of its 1 *.jsonl")
     hint = f"hint: a file in {out / 'trace'} is damaged or not written by rlsys (kept there"
-    assert err[1].startswith(hint) and err[1].endswith("run the profile again into a new --out DIR")
+    assert err[2].startswith(hint) and err[2].endswith("run the profile again into a new --out DIR")
