@@ -238,3 +238,33 @@ def test_a_child_forked_inside_an_operation_records_its_own_calls(tmp_path: Path
     events = Session.load_dir(tmp_path / "t").events
     assert sorted(e.pid == child for e in events) == [False, True]
     assert {e.name for e in events} == {"simulation"}
+
+
+PERSISTENT_WORKERS = """
+    import torch
+    import rlsys
+    from torch.utils.data import DataLoader, Dataset
+
+    class Items(Dataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, index):
+            with rlsys.operation("load"):
+                return torch.zeros(3)
+
+    if __name__ == "__main__":
+        loader = DataLoader(Items(), batch_size=4, num_workers=2, persistent_workers=True)
+        for epoch in range(2):
+            for batch in loader:
+                pass
+"""
+
+
+def test_persistent_dataloader_workers_keep_their_events(tmp_path: Path) -> None:
+    """multiprocessing terminates them at exit, and torch's SIGTERM handler ends a worker
+    with _exit(0), which skipped closing its recording: all its events were lost."""
+    session, _ = run_under_bootstrap(tmp_path, PERSISTENT_WORKERS)
+    loads = Counter(e.pid for e in session.events if e.name == "load")
+    assert sorted(loads.values()) == [16, 16]  # each worker: half the items, two epochs
+    assert session.complete

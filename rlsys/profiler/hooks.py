@@ -67,6 +67,7 @@ from types import ModuleType
 from typing import Any
 
 from rlsys.profiler import sources as _sources
+from rlsys.profiler import torch_workers
 from rlsys.profiler.collectors import jax_backend, torch_backend
 from rlsys.trace import Category, active_recorder, operation
 from rlsys.trace.annotate import _Active
@@ -297,6 +298,7 @@ def _patch_envpool_gymnasium(module: ModuleType, sources: frozenset[str]) -> Non
 
 
 def _patch_torch(torch: ModuleType, sources: frozenset[str]) -> None:
+    torch_workers.install(torch)  # whatever the sources: a terminated worker keeps its events
     if _sources.CCALLS in sources and active_recorder() is not None:
         # Wrapped entry points cost every torch call a Python call, even when they record
         # nothing: only while recording, never in a program that merely has the hooks.
