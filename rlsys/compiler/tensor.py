@@ -64,6 +64,22 @@ class RecurrentTensor:
             "use rt.where(cond, a, b) instead of `if`"
         )
 
+    def __iter__(self):
+        # Without this, Python iterates through __getitem__(0), (1), ... until an IndexError
+        # that domain indexing never raises: `for v in x` built index nodes forever.
+        raise RecurrenceError(
+            f"{self.label} cannot be iterated over while the program is being built; index "
+            "its domain (x[t], x[0:T]) or its spatial axes (.take(), .slice_axis())"
+        )
+
+    def __float__(self) -> float:
+        raise RecurrenceError(
+            f"{self.label} has no value while the program is being built; compute with it as "
+            "a tensor and read its values from exe.run() (or prog.output/prog.sink)"
+        )
+
+    __int__ = __float__
+
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> RecurrentTensor:
         node = self.node

@@ -1,0 +1,27 @@
+"""Mistakes a user writing a new algorithm makes, each refused with a RecurrenceError that
+names the tensor (or the argument) and says how to fix it, instead of a Python or JAX error
+from inside the compiler, a hang, or a silently wrong result."""
+
+from __future__ import annotations
+
+import pytest
+
+import rlsys.rt as rt
+
+
+def _program(dims=("b", "t")):
+    prog = rt.Program(dims=dims)
+    return prog, prog.dims, prog.bounds
+
+
+def test_iterating_a_tensor_is_refused_not_an_endless_loop() -> None:
+    prog, _, _ = _program()
+    with prog:
+        x = rt.placeholder()
+        with pytest.raises(rt.RecurrenceError, match="x cannot be iterated"):
+            for _ in x:
+                pass
+        with pytest.raises(rt.RecurrenceError, match="x cannot be iterated"):
+            _first, _second = x
+        with pytest.raises(rt.RecurrenceError, match=r"x has no value .* exe.run"):
+            float(x)
