@@ -25,3 +25,22 @@ def test_iterating_a_tensor_is_refused_not_an_endless_loop() -> None:
             _first, _second = x
         with pytest.raises(rt.RecurrenceError, match=r"x has no value .* exe.run"):
             float(x)
+
+
+def test_negative_index_is_refused_where_written_numpy_style_would_define_nothing() -> None:
+    prog, _, _ = _program()
+    with prog:
+        x = rt.placeholder()
+        with pytest.raises(rt.RecurrenceError, match=r"x, index of t: -1 is negative.* T - 1"):
+            x[:, -1] = 1.0  # defined no point at all, silently
+        with pytest.raises(rt.RecurrenceError, match="index of t: -1 is negative"):
+            x[:, 0:-1]
+
+
+def test_a_tensor_as_a_domain_index_says_to_use_take() -> None:
+    prog, _, _ = _program()
+    with prog:
+        x = rt.placeholder()
+        k = rt.const(1)
+        with pytest.raises(rt.RecurrenceError, match=r"x, index of b: RecurrentTensor.*\.take"):
+            x[k]

@@ -260,7 +260,8 @@ def as_expr(value: ExprLike) -> IndexExpr:
         return Affine((), int(value))
     raise IndexExprError(
         f"{value!r} is not an index expression; use a dimension, a bound, an integer, "
-        "or +, -, index_min, index_max of those"
+        "or +, -, index_min, index_max of those (a tensor's values select along its spatial "
+        "axes with .take())"
     )
 
 

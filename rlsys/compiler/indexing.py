@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Dim, Index, IndexExpr, Slice, as_expr, as_index
 
@@ -38,10 +40,12 @@ class IndexResult:
 def normalize_indices(raw: Any, domain: Sequence[Dim], what: str) -> tuple[Index, ...]:
     """Expand `...`, `:` and missing trailing indices into one index per dimension."""
     items = list(raw) if isinstance(raw, tuple) else [raw]
-    if items.count(Ellipsis) > 1:
+    # by identity: `==` on a tensor used as an index builds a node (and failed, misleadingly)
+    ellipses = [k for k, item in enumerate(items) if item is Ellipsis]
+    if len(ellipses) > 1:
         raise RecurrenceError(f"{what}: at most one `...` in an index")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         fill = len(domain) - (len(items) - 1)
         items[at : at + 1] = [slice(None)] * max(fill, 0)
     if len(items) > len(domain):
@@ -56,11 +60,24 @@ def normalize_indices(raw: Any, domain: Sequence[Dim], what: str) -> tuple[Index
         if isinstance(item, slice) and item == slice(None):
             result.append(as_expr(dim))
         else:
+            _refuse_negative(item, dim, what)
             try:
                 result.append(as_index(item))
             except RecurrenceError as err:
                 raise RecurrenceError(f"{what}, index of {dim.name}: {err}") from None
     return tuple(result)
+
+
+def _refuse_negative(item: Any, dim: Dim, what: str) -> None:
+    """A negative integer never names a point (they run from 0): NumPy's x[-1] would read or
+    define nothing here, silently in a definition, so it is refused where it is written."""
+    ends = (item.start, item.stop) if isinstance(item, slice) else (item,)
+    for end in ends:
+        if isinstance(end, int | np.integer) and not isinstance(end, bool) and end < 0:
+            raise RecurrenceError(
+                f"{what}, index of {dim.name}: {end} is negative; indices do not wrap around "
+                f"as in NumPy: write {dim.bound.name} - {-end} for the point {-end} from the end"
+            )
 
 
 def apply_index(
