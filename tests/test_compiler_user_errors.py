@@ -18,10 +18,10 @@ def test_iterating_a_tensor_is_refused_not_an_endless_loop() -> None:
     prog, _, _ = _program()
     with prog:
         x = rt.placeholder()
-        with pytest.raises(rt.RecurrenceError, match="x cannot be iterated"):
+        with pytest.raises(rt.RecurrenceError, match=r"x cannot be iterated"):
             for _ in x:
                 pass
-        with pytest.raises(rt.RecurrenceError, match="x cannot be iterated"):
+        with pytest.raises(rt.RecurrenceError, match=r"x cannot be iterated"):
             _first, _second = x
         with pytest.raises(rt.RecurrenceError, match=r"x has no value .* exe.run"):
             float(x)
@@ -33,7 +33,7 @@ def test_negative_index_is_refused_where_written_numpy_style_would_define_nothin
         x = rt.placeholder()
         with pytest.raises(rt.RecurrenceError, match=r"x, index of t: -1 is negative.* T - 1"):
             x[:, -1] = 1.0  # defined no point at all, silently
-        with pytest.raises(rt.RecurrenceError, match="index of t: -1 is negative"):
+        with pytest.raises(rt.RecurrenceError, match=r"index of t: -1 is negative"):
             x[:, 0:-1]
 
 
@@ -44,3 +44,23 @@ def test_a_tensor_as_a_domain_index_says_to_use_take() -> None:
         k = rt.const(1)
         with pytest.raises(rt.RecurrenceError, match=r"x, index of b: RecurrentTensor.*\.take"):
             x[k]
+
+
+def test_outputs_and_sinks_take_this_programs_tensors_by_name() -> None:
+    prog, _, _ = _program()
+    other = rt.Program(dims=("b", "t"))
+    with other:
+        y = rt.placeholder()
+    with prog:
+        x = rt.placeholder()
+        with pytest.raises(rt.RecurrenceError, match=r"output 'y': y belongs to another program"):
+            prog.output("y", y)
+        with pytest.raises(rt.RecurrenceError, match=r"sink: y belongs to another program"):
+            prog.sink(y, lambda point, value: None)
+        with pytest.raises(rt.RecurrenceError, match=r"output 'c': 3.0 is not a tensor"):
+            prog.output("c", 3.0)
+        with pytest.raises(rt.RecurrenceError, match=r"output name 3 is not a string"):
+            prog.output(3, x)
+        with pytest.raises(rt.RecurrenceError, match=r"sink of x: .* two arguments"):
+            prog.sink(x, lambda value: None)
+        prog.sink(x, print)  # builtins without a signature are taken as they are

@@ -8,6 +8,7 @@ user's program that created it, for error messages and `explain()`.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import linecache
 import os
 import re
@@ -153,16 +154,35 @@ class Program:
 
     def output(self, name: str, tensor: RecurrentTensor) -> None:
         """Make the values of `tensor` at every point of its domain a program output."""
+        if not isinstance(name, str):
+            raise RecurrenceError(f"output name {name!r} is not a string; run() returns "
+                                  "outputs by name, e.g. prog.output('loss', loss)")  # fmt: skip
+        self._check_own(tensor, f"output {name!r}")
         if name in self._outputs or name.startswith(SINK_PREFIX):
             raise RecurrenceError(f"output {name!r} is defined twice")
         self._outputs[name] = Edge(tensor.node_id, identity_index(tensor.domain))
+
+    def _check_own(self, tensor: Any, what: str) -> None:
+        """A tensor of this program (another's node ids mean other nodes here: a KeyError at
+        compile time, or the wrong tensor)."""
+        from rlsys.compiler.tensor import RecurrentTensor
+
+        if not isinstance(tensor, RecurrentTensor):
+            raise RecurrenceError(
+                f"{what}: {tensor!r} is not a tensor of the program; make it one first, "
+                "e.g. rt.const(value)"
+            )
+        if tensor.program is not self:
+            raise RecurrenceError(f"{what}: {tensor.label} belongs to another program")
 
     def sink(self, tensor: RecurrentTensor, fn: SinkFn) -> None:
         """Call `fn(point, value)` for every point of `tensor` as the run computes it (after
         each iteration for tensors of the iteration loop): logging, plotting, checks.
         `point` maps dimension names to indices. See `sinks.py`."""
+        self._check_own(tensor, "sink")
         if not callable(fn):
             raise RecurrenceError(f"sink of {tensor.label}: {fn!r} is not callable")
+        _check_sink_signature(fn, tensor.label)
         name = f"{SINK_PREFIX}{len(self._sinks)}"
         self._outputs[name] = Edge(tensor.node_id, identity_index(tensor.domain))
         self._sinks.append(Sink(name, fn, tuple(d.name for d in tensor.domain)))
@@ -203,3 +223,17 @@ class Program:
         return compile_graph(self.graph(), bounds, backend=backend, debug=debug,
                              iterations_per_call=iterations_per_call,
                              segmented=segmented, devices=devices)  # fmt: skip
+
+
+def _check_sink_signature(fn: SinkFn, label: str) -> None:
+    """`fn` must take (point, value): else it failed with a TypeError only once the run had
+    computed the tensor, possibly after a long first iteration."""
+    try:
+        inspect.signature(fn).bind(None, None)
+    except ValueError:  # no signature to read (some builtins): it will be called as is
+        return
+    except TypeError:
+        raise RecurrenceError(
+            f"sink of {label}: {getattr(fn, '__name__', fn)!r} must take two arguments, "
+            "(point, value): point maps dimension names to indices"
+        ) from None
