@@ -64,3 +64,35 @@ def test_outputs_and_sinks_take_this_programs_tensors_by_name() -> None:
         with pytest.raises(rt.RecurrenceError, match=r"sink of x: .* two arguments"):
             prog.sink(x, lambda value: None)
         prog.sink(x, print)  # builtins without a signature are taken as they are
+
+
+def _doubling():
+    prog, (b, t), (B, T) = _program()
+    with prog:
+        x = rt.placeholder()
+        x[b, 0] = 1.0
+        x[b, t + 1] = x[b, t] * 2.0
+        prog.output("x", x)
+    return prog, B, T
+
+
+@pytest.mark.parametrize(
+    ("bounds", "message"),
+    [
+        (None, "bounds must be a mapping .* got NoneType; pass prog.compile.bounds=.B: ..., T"),
+        ([("B", 2), ("T", 3)], "bounds must be a mapping"),
+        ({"B": 2, "T": True}, "bound T must be a positive integer, got True"),
+        ({"B": 2, "b": 2, "T": 3}, "bound 'b' is not a bound"),
+        ({"B": 1, "T": 2**33}, "bound T=8,589,934,592 is more than"),
+    ],
+)
+def test_bad_bounds_are_refused_by_compile(bounds, message) -> None:
+    prog, _, _ = _doubling()
+    with pytest.raises(rt.RecurrenceError, match=message):
+        prog.compile(bounds=bounds, backend="ref")
+
+
+def test_a_bound_given_by_symbol_and_by_name_is_refused() -> None:
+    prog, B, T = _doubling()
+    with pytest.raises(rt.RecurrenceError, match=r"bound B is given twice"):
+        prog.compile(bounds={B: 2, "B": 3, T: 3}, backend="ref")

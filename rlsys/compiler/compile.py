@@ -60,9 +60,17 @@ PLACEMENT_ROUNDS = 3
 SPLIT_SEGMENTED_FLOPS = 4e9
 
 
+INDEX_LIMIT = 2**31 - 1  # the longest axis JAX indexes (32-bit integers, without x64)
+
+
 def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, int]:
     """Bounds by symbol; also accepts their names ("T"). Every program bound is required."""
     by_name = {d.bound.name: d.bound for d in graph.dims}
+    if not isinstance(bounds, Mapping):
+        raise RecurrenceError(
+            f"bounds must be a mapping from bound to value, got {type(bounds).__name__}; "
+            f"pass prog.compile(bounds={{{', '.join(f'{n}: ...' for n in by_name)}}})"
+        )
     bound_values: dict[Bound, int] = {}
     for key, value in bounds.items():
         bound = by_name.get(key) if isinstance(key, str) else key
@@ -70,8 +78,16 @@ def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, 
             raise RecurrenceError(
                 f"bound {key!r} is not a bound of this program (bounds: {', '.join(by_name)})"
             )
-        if not isinstance(value, int | np.integer) or value < 1:
+        # bool is an int to Python, but True for a bound is a mistake, not 1
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
             raise RecurrenceError(f"bound {bound.name} must be a positive integer, got {value!r}")
+        if value > INDEX_LIMIT:  # else a loop's int32 counter, or an array of indices, overflows
+            raise ProgramTooLargeError(
+                f"bound {bound.name}={value:,} is more than the {INDEX_LIMIT:,} points JAX's "
+                "32-bit indices reach along a dimension"
+            )
+        if bound in bound_values:  # given by symbol and by name: which one was meant?
+            raise RecurrenceError(f"bound {bound.name} is given twice in compile(bounds=...)")
         bound_values[bound] = int(value)
     missing = [name for name, b in by_name.items() if b not in bound_values]
     if missing:
@@ -80,9 +96,6 @@ def bind_bounds(graph: Graph, bounds: Mapping[Bound | str, int]) -> dict[Bound, 
             f"prog.compile(bounds={{{', '.join(f'{m}: ...' for m in missing)}}})"
         )
     return bound_values
-
-
-INDEX_LIMIT = 2**31 - 1  # the longest axis JAX indexes (32-bit integers, without x64)
 
 
 def check_index_range(graph: Graph, bounds: Mapping[Bound, int]) -> None:
