@@ -96,3 +96,18 @@ def test_a_bound_given_by_symbol_and_by_name_is_refused() -> None:
     prog, B, T = _doubling()
     with pytest.raises(rt.RecurrenceError, match=r"bound B is given twice"):
         prog.compile(bounds={B: 2, "B": 3, T: 3}, backend="ref")
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        ("time", r"dims='time' is a string; give a sequence of names, e.g. dims=\('time',\)"),
+        ((), "at least one dimension"),
+        (("t", "T"), "dimensions t, T would share the bound T"),
+        (("a b",), "identifiers like 't', got 'a b'"),
+        (("t", "t"), "must be distinct"),
+    ],
+)
+def test_bad_dimension_names_are_refused_by_program(dims, message) -> None:
+    with pytest.raises(rt.RecurrenceError, match=message):
+        rt.Program(dims=dims)

@@ -59,6 +59,28 @@ def assigned_name(source: SourceLine | None) -> str | None:
     return match.group(1) if match else None
 
 
+def _check_dim_names(dims: Any) -> None:
+    if isinstance(dims, str):  # a string is a sequence of one-letter names: "time" is 4 dims
+        raise RecurrenceError(
+            f"dims={dims!r} is a string; give a sequence of names, e.g. dims=({dims!r},)"
+        )
+    dims = tuple(dims)
+    bad = [d for d in dims if not isinstance(d, str) or not d.isidentifier()]
+    if bad:
+        raise RecurrenceError(f"dimension names must be identifiers like 't', got {bad[0]!r}")
+    if not dims:  # the first dimension is the iteration loop every lowering is built around
+        raise RecurrenceError("a program needs at least one dimension, e.g. dims=('i',)")
+    if len(set(dims)) != len(dims):
+        raise RecurrenceError(f"dimension names must be distinct, got {dims}")
+    bounds = [d.upper() for d in dims]  # each dim's bound is named by its upper-case name
+    clash = sorted({b for b in bounds if bounds.count(b) > 1})
+    if clash:
+        raise RecurrenceError(
+            f"dimensions {', '.join(d for d in dims if d.upper() == clash[0])} would share the "
+            f"bound {clash[0]} (a bound is named by its dimension in upper case); rename one"
+        )
+
+
 def current_program() -> Program:
     program = _CURRENT.get()
     if program is None:
@@ -78,8 +100,7 @@ class Program:
     """
 
     def __init__(self, dims: Sequence[str] = ("i", "b", "t")) -> None:
-        if len(set(dims)) != len(dims):
-            raise RecurrenceError(f"dimension names must be distinct, got {tuple(dims)}")
+        _check_dim_names(dims)
         self.dims: tuple[Dim, ...] = tuple(Dim(name) for name in dims)
         self.bounds: tuple[Bound, ...] = tuple(d.bound for d in self.dims)
         self._nodes: list[Node] = []
