@@ -28,7 +28,8 @@ from rlsys.compiler.errors import IndexExprError, RecurrenceError
 from rlsys.compiler.index import Dim, as_expr
 from rlsys.compiler.index import index_max as max
 from rlsys.compiler.index import index_min as min
-from rlsys.compiler.rules import ShapeError, TensorType
+from rlsys.compiler.rules import ShapeError
+from rlsys.compiler.rules.base import checked_type
 from rlsys.compiler.sampling import Categorical, DiagGaussian
 from rlsys.compiler.tensor import RecurrentTensor, constant, lift
 
@@ -39,8 +40,13 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _domain(program: Program, domain: Sequence[Dim] | None) -> tuple[Dim, ...]:
-    return program.dims if domain is None else program.order(domain)
+def _domain(program: Program, domain: Sequence[Dim | str] | None) -> tuple[Dim, ...]:
+    if domain is None:
+        return program.dims
+    if isinstance(domain, Dim | str):  # domain=t for domain=(t,)
+        domain = (domain,)
+    by_name = {d.name: d for d in program.dims}
+    return program.order([by_name.get(d, d) if isinstance(d, str) else d for d in domain])
 
 
 def placeholder(
@@ -52,7 +58,7 @@ def placeholder(
     """A tensor defined afterwards, point set by point set: `x[b, 0] = ...`, `x[b, t+1] = ...`."""
     program = current_program()
     source = user_source_line()
-    type_ = TensorType(tuple(shape), str(dtype))
+    type_ = checked_type(shape, dtype, f"placeholder {name or assigned_name(source) or ''}")
     params = {"shape": type_.shape, "dtype": type_.dtype}
     return program.add_node("merge", [], _domain(program, domain), type_, params,
                             name=name or assigned_name(source), source=source)  # fmt: skip
@@ -66,7 +72,7 @@ def input(
 ) -> RecurrentTensor:
     """Data given at run time: `exe.run({name: array})`, array shaped (*domain bounds, *shape)."""
     program = current_program()
-    type_ = TensorType(tuple(shape), str(dtype))
+    type_ = checked_type(shape, dtype, f"input {name!r}")
     params = {"shape": type_.shape, "dtype": type_.dtype, "name": name}
     return program.add_node("input", [], _domain(program, domain), type_, params, name=name)
 

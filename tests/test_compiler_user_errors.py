@@ -111,3 +111,39 @@ def test_a_bound_given_by_symbol_and_by_name_is_refused() -> None:
 def test_bad_dimension_names_are_refused_by_program(dims, message) -> None:
     with pytest.raises(rt.RecurrenceError, match=message):
         rt.Program(dims=dims)
+
+
+def test_declared_shapes_and_dtypes_are_checked_where_declared() -> None:
+    prog, (_b, t), _ = _program()
+    with prog:
+        with pytest.raises(rt.ShapeError, match=r"placeholder x: 'floot32' is not a dtype"):
+            x = rt.placeholder(dtype="floot32")
+        with pytest.raises(rt.ShapeError, match=r"placeholder y: shape 3 .* shape=\(3,\)"):
+            y = rt.placeholder(shape=3)  # noqa: F841 (named for the message)
+        with pytest.raises(rt.ShapeError, match=r"input 'r': shape \(-2,\) needs sizes"):
+            rt.input("r", shape=(-2,))
+        with pytest.raises(rt.ShapeError, match=r"float64 would silently be float32"):
+            rt.input("r", dtype="float64")
+        x = rt.placeholder(domain=("t",))  # by name, as well as by symbol
+        assert x.domain == (t,)
+        with pytest.raises(rt.ShapeError, match=r"x.astype: 'float128x' is not a dtype"):
+            x.astype("float128x")
+        key = rt.random.key(0)
+        with pytest.raises(rt.ShapeError, match=r"rt.random.uniform: shape \(-1,\) needs"):
+            rt.random.uniform(key, shape=(-1,))
+        with pytest.raises(rt.ShapeError, match=r"rt.random.permutation: shape \(-3,\)"):
+            rt.random.permutation(key, -3)
+
+
+def test_random_keys_must_be_key_tensors() -> None:
+    prog, _, _ = _program()
+    with prog:
+        with pytest.raises(rt.RecurrenceError, match=r"uniform: the key 3 is not a tensor"):
+            rt.random.uniform(3)
+        with pytest.raises(rt.RecurrenceError, match=r"seed must be an integer, got 1.7"):
+            rt.random.key(1.7)
+        logits = rt.const([0.0, 1.0])
+        with pytest.raises(rt.RecurrenceError, match=r"Categorical.sample: the key 0 is not"):
+            rt.Categorical(logits).sample(0)
+        with pytest.raises(rt.ShapeError, match=r"Categorical: logits need a last axis .*\(\)"):
+            rt.Categorical(rt.const(0.0))

@@ -122,7 +122,7 @@ class Program:
         wanted = set(dims)
         stray = wanted - set(self.dims)
         if stray:
-            names = ", ".join(sorted(d.name for d in stray))
+            names = ", ".join(sorted(getattr(d, "name", repr(d)) for d in stray))
             raise RecurrenceError(
                 f"dimension {names} is not declared by this program (dims: "
                 f"{', '.join(d.name for d in self.dims)})"

@@ -15,6 +15,7 @@ from rlsys.compiler.index import Dim, IndexExpr, Symbol, as_expr
 from rlsys.compiler.indexing import apply_index
 from rlsys.compiler.ir import Edge
 from rlsys.compiler.rules import TensorType
+from rlsys.compiler.rules.base import checked_type
 
 if TYPE_CHECKING:
     from rlsys.compiler.builder import Program
@@ -216,11 +217,11 @@ class RecurrentTensor:
         return self._unary("stop_gradient")
 
     def astype(self, dtype: str) -> RecurrentTensor:
-        return self._unary("cast", dtype=str(np.dtype(dtype)))
+        return self._unary("cast", dtype=checked_type((), dtype, f"{self.label}.astype").dtype)
 
     def bitcast(self, dtype: str) -> RecurrentTensor:
         """The bytes of the last axis read as one `dtype` item (uint8 (..., 4) -> float32)."""
-        return self._unary("bitcast", dtype=str(np.dtype(dtype)))
+        return self._unary("bitcast", dtype=checked_type((), dtype, f"{self.label}.bitcast").dtype)
 
     # -- over spatial axes ------------------------------------------------------------------
     def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False):

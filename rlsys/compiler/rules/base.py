@@ -6,9 +6,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.index import IndexExpr, Symbol
 from rlsys.compiler.indexing import Extent
 
 
@@ -20,6 +23,32 @@ class ShapeError(RecurrenceError):
 class TensorType:
     shape: tuple[Extent, ...]
     dtype: str
+
+
+def checked_type(shape: Any, dtype: Any, what: str) -> TensorType:
+    """The type a user declared (`rt.placeholder`, `rt.input`, `.astype`, random draws), or a
+    ShapeError naming `what`: a bad shape or dtype otherwise failed inside NumPy or XLA."""
+    try:
+        name = str(np.dtype(dtype))
+    except TypeError:
+        raise ShapeError(f"{what}: {dtype!r} is not a dtype; use e.g. 'float32', 'int32', "
+                         "'uint8' or 'bool'") from None  # fmt: skip
+    if np.dtype(name).kind not in "biuf":
+        raise ShapeError(f"{what}: dtype {name} is not a number or bool type")
+    narrow = str(jax.dtypes.canonicalize_dtype(name))
+    if narrow != name:  # 64-bit types without JAX's x64 mode
+        raise ShapeError(
+            f"{what}: dtype {name} would silently be {narrow} (JAX runs without 64-bit types "
+            f"here); use {narrow}"
+        )
+    if not isinstance(shape, tuple | list):
+        raise ShapeError(f"{what}: shape {shape!r} is not a tuple; write shape=({shape!r},)")
+    for n in shape:
+        symbolic = isinstance(n, Symbol | IndexExpr)  # a bound (B) or an expression of them
+        whole = isinstance(n, int | np.integer) and not isinstance(n, bool)
+        if not symbolic and (not whole or n < 0):
+            raise ShapeError(f"{what}: shape {tuple(shape)} needs sizes that are integers >= 0")
+    return TensorType(tuple(int(n) if isinstance(n, np.integer) else n for n in shape), name)
 
 
 Infer = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
