@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from rlsys.compiler import nn, optim
 from rlsys.compiler import sampling as random
 from rlsys.compiler.autodiff import grad
@@ -94,6 +96,8 @@ def lazy_where(mask: Any, value: Any, otherwise: Any, rows: Any = None) -> Recur
     is costly and needed at few points: the critic on the final observation of an episode
     that was truncated (`rlsys/compiler/lazy.py`)."""
     program = current_program()
+    if isinstance(rows, int | np.integer) and rows < 1:
+        raise RecurrenceError(f"lazy_where: rows={rows}; give a positive number of points")
     operands = [lift(program, x) for x in (mask, value, otherwise)]
     return program.apply("lazy_where", operands, rows=None if rows is None else as_expr(rows))
 
@@ -111,4 +115,6 @@ def minimum(a: Any, b: Any) -> RecurrentTensor:
 def concat(tensors: Sequence[Any], axis: int = 0) -> RecurrentTensor:
     """Join tensors along a spatial axis."""
     program = current_program()
+    if not tensors:
+        raise ShapeError("concat: no tensors to join")
     return program.apply("concat", [lift(program, x) for x in tensors], axis=axis)

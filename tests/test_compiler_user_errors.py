@@ -147,3 +147,22 @@ def test_random_keys_must_be_key_tensors() -> None:
             rt.Categorical(logits).sample(0)
         with pytest.raises(rt.ShapeError, match=r"Categorical: logits need a last axis .*\(\)"):
             rt.Categorical(rt.const(0.0))
+
+
+def test_op_arguments_jax_would_fail_on_or_take_silently_are_refused() -> None:
+    prog, _, _ = _program()
+    with prog:
+        x = rt.input("x", shape=(2,))
+        with pytest.raises(rt.ShapeError, match=r"broadcast_to: .*\(2,\).*\(3,\).* \(at "):
+            x.broadcast_to((3,))
+        assert x.broadcast_to((4, 2)).shape == (4, 2)
+        with pytest.raises(rt.ShapeError, match=r"where: the condition is float32, not bool"):
+            rt.where(x, 1.0, 2.0)
+        with pytest.raises(rt.ShapeError, match=r"lazy_where: the condition is float32"):
+            rt.lazy_where(x, x * 2.0, 0.0)
+        with pytest.raises(rt.RecurrenceError, match=r"lazy_where: rows=0; give a positive"):
+            rt.lazy_where(x > 0.0, x * 2.0, 0.0, rows=0)
+        with pytest.raises(rt.ShapeError, match=r"concat: no tensors to join"):
+            rt.concat([])
+        with pytest.raises(rt.RecurrenceError, match=r"constant of \[\[1, 2\], \[3\]\]"):
+            rt.const([[1, 2], [3]])

@@ -325,7 +325,10 @@ def lift(program: Program, value: Operand) -> RecurrentTensor:
 
 
 def constant(program: Program, value: Any, dtype: str | None = None) -> RecurrentTensor:
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except ValueError as err:  # ragged nested lists
+        raise RecurrenceError(f"cannot make a constant of {value!r}: {err}") from None
     if dtype is None:  # Python scalars take JAX's default 32-bit types
         kind = array.dtype.kind
         dtype = {"f": "float32", "i": "int32", "u": "int32", "b": "bool"}.get(kind)

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rlsys.compiler.rules.base import TensorType, broadcast_shapes, promote, register
+from rlsys.compiler.rules.base import ShapeError, TensorType, broadcast_shapes, promote, register
 
 UNARY = {
     "neg": jnp.negative,
@@ -74,9 +74,15 @@ def _compare(name: str):
     return infer
 
 
-def _where_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
-    shape = broadcast_shapes("where", [t.shape for t in types])
-    return TensorType(shape, promote([types[1].dtype, types[2].dtype]))
+def _where(name: str):
+    def infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
+        if types[0].dtype != "bool":  # JAX would take any nonzero number as true, silently
+            raise ShapeError(f"{name}: the condition is {types[0].dtype}, not bool; compare it "
+                             "first, e.g. x > 0.0")  # fmt: skip
+        shape = broadcast_shapes(name, [t.shape for t in types])
+        return TensorType(shape, promote([types[1].dtype, types[2].dtype]))
+
+    return infer
 
 
 def _cast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
@@ -89,8 +95,8 @@ for _name, _fn in ARITHMETIC.items():
     register(_name, _arith(_name), _fn)
 for _name, _fn in COMPARISON.items():
     register(_name, _compare(_name), _fn)
-register("where", _where_infer, jnp.where)
+register("where", _where("where"), jnp.where)
 # Its JAX lowering is its own (lazy.py); `rows` only says how it computes.
-register("lazy_where", _where_infer, lambda mask, a, b, rows=None: jnp.where(mask, a, b))
+register("lazy_where", _where("lazy_where"), lambda mask, a, b, rows=None: jnp.where(mask, a, b))
 register("cast", _cast_infer, lambda x, dtype: x.astype(dtype))
 register("integer_pow", _same, lambda x, y: jax.lax.integer_pow(x, y))  # x ** 2.0 and the like

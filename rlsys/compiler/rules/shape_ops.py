@@ -10,7 +10,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from rlsys.compiler.rules.base import ShapeError, TensorType, normalize_axes, promote, register
+from rlsys.compiler.rules.base import (
+    ShapeError,
+    TensorType,
+    broadcast_shapes,
+    normalize_axes,
+    promote,
+    register,
+)
 
 
 def _reshape_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
@@ -67,7 +74,10 @@ def _transpose_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> 
 
 
 def _broadcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
-    return TensorType(tuple(params["shape"]), types[0].dtype)
+    shape = tuple(params["shape"])
+    if broadcast_shapes("broadcast_to", [types[0].shape, shape]) != shape:
+        raise ShapeError(f"broadcast_to: {types[0].shape} does not broadcast to {shape}")
+    return TensorType(shape, types[0].dtype)
 
 
 def _bitcast_infer(types: Sequence[TensorType], params: Mapping[str, Any]) -> TensorType:
