@@ -166,3 +166,20 @@ def test_op_arguments_jax_would_fail_on_or_take_silently_are_refused() -> None:
             rt.concat([])
         with pytest.raises(rt.RecurrenceError, match=r"constant of \[\[1, 2\], \[3\]\]"):
             rt.const([[1, 2], [3]])
+
+
+@pytest.mark.parametrize("segmented", [False, True])
+def test_gradient_of_a_loss_that_does_not_depend_on_the_param_is_zero(segmented) -> None:
+    # it failed with a KeyError inside the JAX lowering (the reference gave zeros)
+    prog, (i, _b), bounds = _program(("i", "b"))
+    with prog:
+        w = rt.placeholder(domain=(i,))
+        w[0] = 1.0
+        loss = (w * w).stop_gradient()
+        rt.optim.SGD(lr=0.1).minimize(loss, w)
+        v = rt.placeholder(domain=(i,))
+        v[i] = 2.0
+        prog.output("w", w)
+        prog.output("g", rt.grad(v * 3.0, w))
+    out = prog.compile(bounds=dict.fromkeys(bounds, 3), segmented=segmented).run()
+    assert out["w"].tolist() == [1.0, 1.0, 1.0] and out["g"].tolist() == [0.0, 0.0, 0.0]

@@ -553,6 +553,8 @@ def _loss_and_grad(ctx: Context, node: Node) -> tuple[Value, Value]:
     loop_dims = tuple(ctx.loop_index)
     path = path_nodes(ctx.graph, param_edge.node, loss_edge.node, loop_dims)
     param = ctx.values[param_edge.node]
+    if loss_edge.node not in path:  # the loss does not read param at its point: d/dparam is 0
+        return ctx.values.get(loss_edge.node), Value(jnp.zeros_like(param.array), param.axes)
     axis, slices = _slices_of(ctx.graph, param_edge.node, path)
     steps = plan(ctx.graph, path - {param_edge.node} - set(slices), loop_dims)
     axis += len(param.axes)  # the array's axis: vectorized dims come first

@@ -104,9 +104,12 @@ def losses_with_gradients(graph: Graph, schedule: Schedule) -> dict[int, int]:
     pairs = {}
     for node in graph:
         if node.op == "grad":
-            loss = node.inputs[0]
-            same_loops = schedule.loops_of.get(node.id) == schedule.loops_of.get(loss.node)
-            if same_loops and is_identity(loss, graph[loss.node]):
+            loss, param = node.inputs
+            loops = schedule.loops_of.get(node.id, ())
+            same_loops = loops == schedule.loops_of.get(loss.node, ())
+            # a loss that does not depend on the param is computed as usual (its gradient: 0)
+            depends = loss.node in path_nodes(graph, param.node, loss.node, loops)
+            if same_loops and depends and is_identity(loss, graph[loss.node]):
                 pairs.setdefault(loss.node, node.id)
     return pairs
 
