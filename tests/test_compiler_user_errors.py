@@ -183,3 +183,14 @@ def test_gradient_of_a_loss_that_does_not_depend_on_the_param_is_zero(segmented)
         prog.output("g", rt.grad(v * 3.0, w))
     out = prog.compile(bounds=dict.fromkeys(bounds, 3), segmented=segmented).run()
     assert out["w"].tolist() == [1.0, 1.0, 1.0] and out["g"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_grad_arguments_are_float_tensors_of_the_program() -> None:
+    prog, (i, _b), _ = _program(("i", "b"))
+    with prog:
+        w = rt.placeholder(domain=(i,))
+        n = rt.placeholder(domain=(i,), dtype="int32")
+        with pytest.raises(rt.RecurrenceError, match=r"grad: the loss 3.0 is not a tensor"):
+            rt.grad(3.0, w)
+        with pytest.raises(rt.RecurrenceError, match=r"grad: the param n is int32"):
+            rt.grad((n * 2).astype("float32"), n)  # JAX returned float0 values, silently

@@ -23,7 +23,17 @@ from rlsys.compiler.tensor import RecurrentTensor
 
 def grad(loss: RecurrentTensor, param: RecurrentTensor) -> RecurrentTensor:
     """The gradient of scalar `loss` with respect to `param`, at every point of param."""
+    for what, tensor in (("loss", loss), ("param", param)):
+        if not isinstance(tensor, RecurrentTensor):
+            raise RecurrenceError(f"grad: the {what} {tensor!r} is not a tensor of the program")
+        if "float" not in tensor.dtype:  # JAX's gradient of an integer is float0, not a number
+            raise RecurrenceError(
+                f"grad: the {what} {tensor.label} is {tensor.dtype}; gradients are taken of and "
+                "with respect to floating-point tensors (.astype('float32'))"
+            )
     program = loss.program
+    if param.program is not program:
+        raise RecurrenceError(f"grad: {param.label} belongs to another program than the loss")
     if loss.shape != ():
         raise RecurrenceError(
             f"grad: {loss.label} has spatial shape {loss.shape}; reduce it to a scalar first, "
