@@ -194,3 +194,22 @@ def test_grad_arguments_are_float_tensors_of_the_program() -> None:
             rt.grad(3.0, w)
         with pytest.raises(rt.RecurrenceError, match=r"grad: the param n is int32"):
             rt.grad((n * 2).astype("float32"), n)  # JAX returned float0 values, silently
+
+
+def test_a_definition_an_earlier_one_shadows_everywhere_is_refused() -> None:
+    prog, (i, t), (_I, T) = _program(("i", "t"))
+    with prog:
+        x = rt.placeholder(domain=(t,))
+        x[t] = 3.0
+        with pytest.raises(rt.RecurrenceError, match=r"x\[...\] = .*never applies: the earl"):
+            x[0] = 1.0  # the base case after the general rule: silently ignored
+        with pytest.raises(rt.RecurrenceError, match="never applies"):
+            x[t + 1] = x[t] * 2.0
+        y = rt.placeholder(domain=(t,))
+        y[0] = 0.0
+        y[T - 1] = 1.0  # shadowed only where T = 1: kept
+        y[t] = 2.0
+        w = rt.placeholder(domain=(i,))
+        w[i] = 1.0
+        with pytest.raises(rt.RecurrenceError, match=r"w\[...\] = .* never applies"):
+            rt.optim.SGD(lr=0.1).minimize(w * w, w)  # w never learnt

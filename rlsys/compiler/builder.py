@@ -170,6 +170,9 @@ class Program:
     def node(self, node_id: int) -> Node:
         return self._nodes[node_id]
 
+    def branches(self, placeholder: int) -> tuple[Branch, ...]:
+        return tuple(self._branches.get(placeholder, ()))
+
     def add_branch(self, placeholder: int, branch: Branch) -> None:
         self._branches.setdefault(placeholder, []).append(branch)
 

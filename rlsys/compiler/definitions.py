@@ -62,7 +62,35 @@ def define(target: RecurrentTensor, key: Any, value: Any) -> None:
                 f"{target.label} ({', '.join(d.name for d in node.domain)})"
             )
     edge = Edge(value.node_id, tuple(value_index))
+    _refuse_shadowed(program, node, tuple(region), where)
     program.add_branch(node.id, Branch(tuple(region), edge, source))
+
+
+def _refuse_shadowed(program, node, region, where: str) -> None:
+    """The first matching definition wins, so one written after a definition that covers all
+    its points, whatever the bounds, never applies: a base case after the general rule
+    (`x[t] = ...; x[0] = ...`), or an optimizer's update of a parameter already defined
+    everywhere. That silently ignored the later definition."""
+    for earlier in program.branches(node.id):
+        pairs = zip(earlier.region, region, strict=True)
+        if all(
+            _at_most(lo, new_lo) and _at_most(new_hi, hi) for (lo, hi), (new_lo, new_hi) in pairs
+        ):
+            raise RecurrenceError(
+                f"{where}: this definition never applies: the earlier one at {earlier.source} "
+                "defines every point it does, and the first matching definition wins; write "
+                "special cases (base cases) before the general rule"
+            )
+
+
+def _at_most(a: IndexExpr, b: IndexExpr) -> bool:
+    """a <= b for every value of the bounds (each >= 1), provably; False when unsure."""
+    diff = b - a
+    if not isinstance(diff, Affine) or diff.dims():
+        return False
+    if any(coeff < 0 for _, coeff in diff.terms):
+        return False
+    return diff.const + sum(coeff for _, coeff in diff.terms) >= 0
 
 
 def _lhs_range(dim: Dim, item: Any, where: str) -> tuple[IndexExpr, IndexExpr, int | None]:
