@@ -209,6 +209,9 @@ def test_a_definition_an_earlier_one_shadows_everywhere_is_refused() -> None:
         y[0] = 0.0
         y[T - 1] = 1.0  # shadowed only where T = 1: kept
         y[t] = 2.0
+        z = rt.placeholder(domain=(t,))
+        z[rt.min(T - 1, 5)] = 1.0
+        z[rt.min(T - 1, 2)] = 2.0  # not comparable (a min less a min): kept
         w = rt.placeholder(domain=(i,))
         w[i] = 1.0
         with pytest.raises(rt.RecurrenceError, match=r"w\[...\] = .* never applies"):

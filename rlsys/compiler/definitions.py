@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlsys.compiler.builder import user_source_line
-from rlsys.compiler.errors import RecurrenceError
+from rlsys.compiler.errors import IndexExprError, RecurrenceError
 from rlsys.compiler.index import Affine, IndexExpr, Slice, as_expr
 from rlsys.compiler.indexing import normalize_indices
 from rlsys.compiler.ir import Branch, Edge
@@ -85,7 +85,10 @@ def _refuse_shadowed(program, node, region, where: str) -> None:
 
 def _at_most(a: IndexExpr, b: IndexExpr) -> bool:
     """a <= b for every value of the bounds (each >= 1), provably; False when unsure."""
-    diff = b - a
+    try:
+        diff = b - a
+    except IndexExprError:  # a min less a min: no canonical form, so not provable here
+        return False
     if not isinstance(diff, Affine) or diff.dims():
         return False
     if any(coeff < 0 for _, coeff in diff.terms):
