@@ -4,6 +4,7 @@ from inside the compiler, a hang, or a silently wrong result."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import rlsys.rt as rt
@@ -203,7 +204,7 @@ def test_a_definition_an_earlier_one_shadows_everywhere_is_refused() -> None:
         x[t] = 3.0
         with pytest.raises(rt.RecurrenceError, match=r"x\[...\] = .*never applies: the earl"):
             x[0] = 1.0  # the base case after the general rule: silently ignored
-        with pytest.raises(rt.RecurrenceError, match="never applies"):
+        with pytest.raises(rt.RecurrenceError, match=r"never applies"):
             x[t + 1] = x[t] * 2.0
         y = rt.placeholder(domain=(t,))
         y[0] = 0.0
@@ -216,3 +217,35 @@ def test_a_definition_an_earlier_one_shadows_everywhere_is_refused() -> None:
         w[i] = 1.0
         with pytest.raises(rt.RecurrenceError, match=r"w\[...\] = .* never applies"):
             rt.optim.SGD(lr=0.1).minimize(w * w, w)  # w never learnt
+
+
+def _running_sum(dtype):
+    prog, (b, t), (B, T) = _program()
+    with prog:
+        r = rt.input("r", dtype=dtype)
+        s = rt.placeholder(dtype=dtype)
+        s[b, 0] = r[b, 0]
+        s[b, t + 1] = s[b, t] + r[b, t + 1]
+        prog.output("s", s)
+    return prog.compile(bounds={B: 2, T: 3}, backend="ref")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "message"),
+    [
+        ("float32", np.array([[None] * 3] * 2), "input 'r' holds object values"),
+        ("int32", np.full((2, 3), 1.7), "input 'r' is float64 but the program declares int32"),
+        ("int32", np.full((2, 3), 2**40), "values from 1099511627776 .* outside int32"),
+    ],
+)
+def test_run_refuses_inputs_a_cast_would_change_silently(dtype, value, message) -> None:
+    with pytest.raises(rt.RecurrenceError, match=message):
+        _running_sum(dtype).run({"r": value})
+
+
+def test_run_takes_a_mapping_and_sums_correctly() -> None:
+    exe = _running_sum("float32")
+    with pytest.raises(rt.RecurrenceError, match=r"a mapping from name to array, got list"):
+        exe.run([np.ones((2, 3))])
+    r = np.arange(6).reshape(2, 3)  # integers into a float input are exact
+    np.testing.assert_allclose(exe.run({"r": r})["s"], np.cumsum(r, axis=1))
