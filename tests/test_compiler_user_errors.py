@@ -249,3 +249,19 @@ def test_run_takes_a_mapping_and_sums_correctly() -> None:
         exe.run([np.ones((2, 3))])
     r = np.arange(6).reshape(2, 3)  # integers into a float input are exact
     np.testing.assert_allclose(exe.run({"r": r})["s"], np.cumsum(r, axis=1))
+
+
+def test_numpy_operands_on_the_left_join_the_program() -> None:
+    prog, _, _ = _program(("i",))
+    with prog:
+        x = rt.input("x", shape=(2,))
+        prog.output("sum", np.ones(2, "float32") + x)  # was an object array of tensors
+        prog.output("scaled", np.float32(2.0) * x)
+        prog.output("exp", np.exp(x))
+        with pytest.raises(rt.RecurrenceError, match=r"numpy's sin cannot take x"):
+            np.sin(x)
+    x = np.array([[0.0, 1.0], [2.0, 3.0]], "float32")
+    out = prog.compile(bounds={"I": 2}, backend="ref").run({"x": x})
+    np.testing.assert_allclose(out["sum"], 1.0 + x)
+    np.testing.assert_allclose(out["scaled"], 2.0 * x)
+    np.testing.assert_allclose(out["exp"], np.exp(x), rtol=1e-6)

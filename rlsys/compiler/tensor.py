@@ -6,6 +6,7 @@ for every b and every t with t + 1 < T, x at (b, t + 1) is twice x at (b, t).
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -80,6 +81,17 @@ class RecurrentTensor:
         )
 
     __int__ = __float__
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any):
+        # NumPy on the left (`np.ones(2) + x`) otherwise applied the op once per element of
+        # its array, and returned an object array of tensors: the op joins the program instead.
+        op = _UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        if op is None:
+            raise RecurrenceError(
+                f"numpy's {ufunc.__name__} cannot take {self.label}; use the tensor's own "
+                "operators and methods (x + y, x.exp(), rt.where(...))"
+            )
+        return op(*(lift(self.program, x) for x in inputs))
 
     # -- indexing ---------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> RecurrentTensor:
@@ -297,6 +309,17 @@ class RecurrentTensor:
 
     def log_softmax(self, axis: int = -1) -> RecurrentTensor:
         return self._unary("log_softmax", axis=axis)
+
+
+_UFUNCS = {  # NumPy's ufuncs that a NumPy operand on the left of an operator calls
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "true_divide": operator.truediv, "divide": operator.truediv, "power": operator.pow,
+    "floor_divide": operator.floordiv, "remainder": operator.mod, "matmul": operator.matmul,
+    "less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+    "greater_equal": operator.ge, "equal": operator.eq, "not_equal": operator.ne,
+    "negative": operator.neg, "exp": lambda x: x.exp(), "log": lambda x: x.log(),
+    "tanh": lambda x: x.tanh(), "sqrt": lambda x: x.sqrt(), "absolute": lambda x: x.abs(),
+}  # fmt: skip
 
 
 def _small_whole_number(value: Any) -> bool:
