@@ -265,3 +265,13 @@ def test_numpy_operands_on_the_left_join_the_program() -> None:
     np.testing.assert_allclose(out["sum"], 1.0 + x)
     np.testing.assert_allclose(out["scaled"], 2.0 * x)
     np.testing.assert_allclose(out["exp"], np.exp(x), rtol=1e-6)
+
+
+def test_defining_a_point_past_the_bound_is_refused() -> None:
+    prog, (_b, t), (_B, T) = _program()
+    with prog:
+        x = rt.placeholder()
+        with pytest.raises(rt.RecurrenceError, match=r"t = T is outside 0..T - 1 .* T - 1"):
+            x[:, T] = 0.0  # meant the last point, defined none
+        x[:, T - 1] = 0.0
+        x[:, t] = x[:, t + 1]

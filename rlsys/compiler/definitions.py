@@ -103,6 +103,11 @@ def _lhs_range(dim: Dim, item: Any, where: str) -> tuple[IndexExpr, IndexExpr, i
         raise RecurrenceError(f"{where}: the left side indexes {dim.name} with a slice {item}; "
                               "define points: t, t + k or a constant")  # fmt: skip
     if not item.dims():
+        if _at_most(bound, item):  # x[T] = ...: past the last point for every T, never applies
+            raise RecurrenceError(
+                f"{where}: {dim.name} = {item} is outside 0..{dim.bound.name} - 1 whatever "
+                f"the bounds; the last point is {dim.bound.name} - 1"
+            )
         return item, item + 1, None
     single = item.single_dim() if isinstance(item, Affine) else None
     if single is None or single[0] is not dim:
