@@ -275,3 +275,12 @@ def test_defining_a_point_past_the_bound_is_refused() -> None:
             x[:, T] = 0.0  # meant the last point, defined none
         x[:, T - 1] = 0.0
         x[:, t] = x[:, t + 1]
+
+
+def test_a_program_without_outputs_is_refused() -> None:
+    prog, (b, t), _ = _program()
+    with prog:
+        x = rt.placeholder()
+        x[b, t] = 1.0
+    with pytest.raises(rt.RecurrenceError, match="no outputs, so it would compute nothing"):
+        prog.compile(bounds={"B": 1, "T": 1}, backend="ref")

@@ -220,6 +220,11 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     if backend not in BACKENDS:
         raise RecurrenceError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     bound_values = bind_bounds(graph, bounds)
+    if not graph.outputs:  # a forgotten prog.output: it ran, computed nothing and returned {}
+        raise RecurrenceError(
+            "the program has no outputs, so it would compute nothing; add prog.output(name, "
+            "tensor) (or prog.sink(tensor, fn)) inside `with prog:`"
+        )
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
     if backend == "jax":
