@@ -282,5 +282,18 @@ def test_a_program_without_outputs_is_refused() -> None:
     with prog:
         x = rt.placeholder()
         x[b, t] = 1.0
-    with pytest.raises(rt.RecurrenceError, match="no outputs, so it would compute nothing"):
+    with pytest.raises(rt.RecurrenceError, match=r"no outputs, so it would compute nothing"):
         prog.compile(bounds={"B": 1, "T": 1}, backend="ref")
+
+
+@pytest.mark.parametrize("backend", ["jax", "ref"])
+def test_a_second_derivative_is_refused(backend) -> None:
+    # JAX gave zeros for it, silently, and the reference failed inside JAX
+    prog, (i,), (I,) = _program(("i",))
+    with prog:
+        w = rt.placeholder()
+        w[i] = 2.0
+        slope = rt.grad(w * w * w, w)
+        prog.output("g", rt.grad(slope, w))
+    with pytest.raises(rt.RecurrenceError, match=r"its loss reads the gradient at .* slope ="):
+        prog.compile(bounds={I: 2}, backend=backend)

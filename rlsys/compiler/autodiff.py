@@ -51,6 +51,24 @@ def grad(loss: RecurrentTensor, param: RecurrentTensor) -> RecurrentTensor:
     return program.add_node("grad", edges, param.domain, type_, params)
 
 
+def check_first_order(graph: Graph) -> None:
+    """Refuse a gradient whose loss reads, at the same point, a gradient that depends on its
+    param (a second derivative): the JAX lowering gave zeros for it, silently (the inner gradient is
+    computed before the re-run, as data), and the reference failed inside JAX."""
+    for node in graph:
+        if node.op != "grad":
+            continue
+        loss, param = node.inputs
+        path = path_nodes(graph, param.node, loss.node, graph.dims)  # same-point paths only
+        inner = next((graph[n] for n in sorted(path) if graph[n].op == "grad"), None)
+        if inner is not None:
+            raise RecurrenceError(
+                f"grad at {node.source}: its loss reads the gradient at {inner.source}, which "
+                "depends on the same parameter; second derivatives are not supported (cut the "
+                "path with .stop_gradient() if the inner gradient is data)"
+            )
+
+
 def path_nodes(graph: Graph, source: int, target: int, loop_dims: tuple[Dim, ...]) -> set[int]:
     """Nodes on a dependence path source -> ... -> target (both included), not counting
     dependences carried along `loop_dims` (those read other iterations of the loop), nor

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from rlsys.compiler.autodiff import check_first_order
 from rlsys.compiler.code_pages import release_compiler_code
 from rlsys.compiler.errors import ProgramTooLargeError, RecurrenceError
 from rlsys.compiler.heap import (
@@ -227,6 +228,7 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
         )
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
+    check_first_order(graph)
     if backend == "jax":
         check_index_range(graph, bound_values)
     if backend == "ref":  # the specification runs the program as written, without passes
