@@ -297,3 +297,23 @@ def test_a_second_derivative_is_refused(backend) -> None:
         prog.output("g", rt.grad(slope, w))
     with pytest.raises(rt.RecurrenceError, match=r"its loss reads the gradient at .* slope ="):
         prog.compile(bounds={I: 2}, backend=backend)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sizes": (4, -3, 2)}, r"MLP: sizes \(4, -3, 2\) must be .* two or more positive"),
+        ({"sizes": (4,)}, r"MLP: sizes \(4,\) must be"),
+        ({"sizes": (4, 2), "activation": "gelu"}, "MLP: activation must be one of"),
+    ],
+)
+def test_bad_network_arguments_are_refused(kwargs, message) -> None:
+    prog, _, _ = _program(("i",))
+    with prog, pytest.raises(rt.RecurrenceError, match=message):
+        rt.nn.MLP(**kwargs)
+
+
+def test_a_convolution_larger_than_the_maps_is_a_recurrence_error() -> None:
+    prog, _, _ = _program(("i",))
+    with prog, pytest.raises(rt.RecurrenceError, match=r"8x8 convolution does not fit the 6x6"):
+        rt.nn.ConvTorso((1, 6, 6))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlsys.compiler.builder import current_program
+from rlsys.compiler.errors import RecurrenceError
 from rlsys.compiler.index import Dim
 from rlsys.compiler.tensor import RecurrentTensor, constant
 
@@ -54,7 +55,15 @@ class MLP:
         from rlsys.rt import placeholder
 
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, not {activation!r}")
+            raise RecurrenceError(f"MLP: activation must be one of {ACTIVATIONS}, not "
+                                  f"{activation!r}")  # fmt: skip
+        sizes = tuple(sizes)
+        whole = all(isinstance(n, int | np.integer) and not isinstance(n, bool) for n in sizes)
+        if len(sizes) < 2 or not whole or min(sizes) < 1:  # else NumPy failed on the weights
+            raise RecurrenceError(
+                f"MLP: sizes {sizes} must be (inputs, hidden..., outputs): two or more "
+                "positive integers, e.g. MLP((4, 64, 2))"
+            )
         program = current_program()
         self.sizes = tuple(int(n) for n in sizes)
         self.activation = activation
@@ -140,7 +149,7 @@ class ConvTorso:
         channels, height, width = self.image_shape
         for out, side, stride in self.convs:
             if side > min(height, width):
-                raise ValueError(f"a {side}x{side} convolution does not fit the "
+                raise RecurrenceError(f"a {side}x{side} convolution does not fit the "
                                  f"{height}x{width} maps of images {self.image_shape}")  # fmt: skip
             height, width = (height - side) // stride + 1, (width - side) // stride + 1
             channels = out
