@@ -317,3 +317,18 @@ def test_a_convolution_larger_than_the_maps_is_a_recurrence_error() -> None:
     prog, _, _ = _program(("i",))
     with prog, pytest.raises(rt.RecurrenceError, match=r"8x8 convolution does not fit the 6x6"):
         rt.nn.ConvTorso((1, 6, 6))
+
+
+def test_defining_with_a_dimension_value_asks_for_a_cast() -> None:
+    prog, (i,), (I,) = _program(("i",))
+    with prog:
+        x = rt.placeholder()
+        with pytest.raises(rt.ShapeError, match="x is float32 but the value is int32"):
+            x[i] = i  # a TypeError from NumPy before
+        n = rt.placeholder(dtype="int32")
+        n[i] = i * 2
+        prog.output("n", n)
+    exe = prog.compile(bounds={I: 3}, backend="ref")
+    assert exe.run()["n"].tolist() == [0, 2, 4]
+    with pytest.raises(rt.RecurrenceError, match="iterations_per_call must be an integer >= 1"):
+        prog.compile(bounds={I: 3}, iterations_per_call=2.0)

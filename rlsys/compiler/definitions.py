@@ -18,7 +18,7 @@ import numpy as np
 
 from rlsys.compiler.builder import user_source_line
 from rlsys.compiler.errors import IndexExprError, RecurrenceError
-from rlsys.compiler.index import Affine, IndexExpr, Slice, as_expr
+from rlsys.compiler.index import Affine, IndexExpr, Slice, Symbol, as_expr
 from rlsys.compiler.indexing import normalize_indices
 from rlsys.compiler.ir import Branch, Edge
 from rlsys.compiler.rules import ShapeError
@@ -121,7 +121,9 @@ def _lhs_range(dim: Dim, item: Any, where: str) -> tuple[IndexExpr, IndexExpr, i
 
 def _coerce_value(program, target: RecurrentTensor, value: Any, where: str) -> RecurrentTensor:
     node = target.node
-    if not isinstance(value, RecurrentTensor) and np.ndim(value) == 0 and _concrete(node.shape):
+    # a dimension or index expression (x[t] = t) is lifted to its int32 value below
+    plain = not isinstance(value, RecurrentTensor | Symbol | IndexExpr)
+    if plain and np.ndim(value) == 0 and _concrete(node.shape):
         value = np.broadcast_to(np.asarray(value), node.shape)
         return constant(program, value, dtype=node.dtype)
     value = lift(program, value)

@@ -162,8 +162,11 @@ class JaxExecutable:
                  iterations_per_call: int = 1, segmented: bool | str = False,
                  devices: int = 1) -> None:  # fmt: skip
         self.ir, self.bounds, self.schedule, self.input_specs = graph, bounds, schedule, specs
-        if iterations_per_call < 1:
-            raise RecurrenceError(f"iterations_per_call must be >= 1, got {iterations_per_call}")
+        whole = isinstance(iterations_per_call, int) and not isinstance(iterations_per_call, bool)
+        if not whole or iterations_per_call < 1:
+            raise RecurrenceError(
+                f"iterations_per_call must be an integer >= 1, got {iterations_per_call!r}"
+            )
         if segmented not in (False, True, "auto"):
             raise RecurrenceError(f"segmented must be False, True or 'auto', got {segmented!r}")
         self.pass_timings: list = []
