@@ -332,3 +332,19 @@ def test_defining_with_a_dimension_value_asks_for_a_cast() -> None:
     assert exe.run()["n"].tolist() == [0, 2, 4]
     with pytest.raises(rt.RecurrenceError, match="iterations_per_call must be an integer >= 1"):
         prog.compile(bounds={I: 3}, iterations_per_call=2.0)
+
+
+@pytest.mark.parametrize("backend", ["jax", "ref"])
+def test_shapes_written_with_bounds_are_bound_at_compile_time(backend) -> None:
+    prog, (b, _t), (B, T) = _program()
+    with prog:
+        r = rt.input("r")
+        # a constant `a` is broadcast to the slice's shape (T,): a TypeError inside JAX before
+        prog.output("ret", r[b, 0:T].linear_recurrence(0.5))
+        prog.output("flat", r[0:B, 0:T].reshape(6))
+    r = np.array([[1.0, 2.0, 4.0], [0.0, 0.0, 2.0]], "float32")
+    out = prog.compile(bounds={B: 2, T: 3}, backend=backend).run({"r": r})
+    np.testing.assert_allclose(out["ret"], [[3.0, 4.0, 4.0], [0.5, 1.0, 2.0]])
+    np.testing.assert_allclose(out["flat"], r.ravel())
+    with pytest.raises(rt.ShapeError, match=r"reshape#\d+ at .* cannot reshape \(2, 2\) into"):
+        prog.compile(bounds={B: 2, T: 2}, backend=backend)

@@ -31,6 +31,7 @@ from rlsys.compiler.ir import Graph, concrete_shape
 from rlsys.compiler.lower.jax_program import JaxExecutable
 from rlsys.compiler.lower.padded import variable_axes
 from rlsys.compiler.lower.ref import ReferenceInterpreter
+from rlsys.compiler.passes.bind_shapes import bind_shape_params
 from rlsys.compiler.passes.dce import needed_nodes
 from rlsys.compiler.passes.demand import check_demand
 from rlsys.compiler.pipeline import run_pipeline
@@ -229,6 +230,7 @@ def compile_graph(graph: Graph, bounds: Mapping[Bound | str, int], backend: str 
     specs = input_specs(graph, bound_values)
     check_demand(graph, bound_values)  # on the user's graph, so errors name their tensors
     check_first_order(graph)
+    graph = bind_shape_params(graph, bound_values)
     if backend == "jax":
         check_index_range(graph, bound_values)
     if backend == "ref":  # the specification runs the program as written, without passes
