@@ -74,6 +74,8 @@ def input(
 ) -> RecurrentTensor:
     """Data given at run time: `exe.run({name: array})`, array shaped (*domain bounds, *shape)."""
     program = current_program()
+    if not isinstance(name, str):  # run() takes inputs by name
+        raise RecurrenceError(f"rt.input: the name {name!r} is not a string, e.g. rt.input('r')")
     type_ = checked_type(shape, dtype, f"input {name!r}")
     params = {"shape": type_.shape, "dtype": type_.dtype, "name": name}
     return program.add_node("input", [], _domain(program, domain), type_, params, name=name)

@@ -125,6 +125,8 @@ def test_declared_shapes_and_dtypes_are_checked_where_declared() -> None:
             rt.input("r", shape=(-2,))
         with pytest.raises(rt.ShapeError, match=r"float64 would silently be float32"):
             rt.input("r", dtype="float64")
+        with pytest.raises(rt.RecurrenceError, match=r"rt.input: the name 3 is not a string"):
+            rt.input(3)
         x = rt.placeholder(domain=("t",))  # by name, as well as by symbol
         assert x.domain == (t,)
         with pytest.raises(rt.ShapeError, match=r"x.astype: 'float128x' is not a dtype"):
