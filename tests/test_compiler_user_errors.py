@@ -350,3 +350,14 @@ def test_shapes_written_with_bounds_are_bound_at_compile_time(backend) -> None:
     np.testing.assert_allclose(out["flat"], r.ravel())
     with pytest.raises(rt.ShapeError, match=r"reshape#\d+ at .* cannot reshape \(2, 2\) into"):
         prog.compile(bounds={B: 2, T: 2}, backend=backend)
+
+
+def test_a_constant_take_past_the_axis_is_refused() -> None:
+    prog, _, _ = _program(("i",))
+    with prog:
+        x = rt.const(np.arange(4.0, dtype="float32"))
+        assert x.take(rt.const(3)).shape == ()
+        with pytest.raises(rt.RecurrenceError, match=r"take\(7, axis=0\): indices run from 0 to 3"):
+            x.take(rt.const(7))  # NaN at run time before
+        with pytest.raises(rt.RecurrenceError, match=r"take\(\[ 0 -1\], axis=0\)"):
+            x.take(np.array([0, -1], "int32"))

@@ -283,7 +283,9 @@ class RecurrentTensor:
         return self._unary("slice_axis", axis=axis, start=int(start), stop=int(stop))
 
     def take(self, index: Operand, axis: int = 0) -> RecurrentTensor:
-        return self._binary("take", index, axis=axis)
+        result = self._binary("take", index, axis=axis)
+        _check_constant_take(self, lift(self.program, index), axis)
+        return result
 
     def set_rows(self, start: Operand, rows: Operand) -> RecurrentTensor:
         """This tensor with its rows from `start` along the first spatial axis replaced by
@@ -320,6 +322,21 @@ _UFUNCS = {  # NumPy's ufuncs that a NumPy operand on the left of an operator ca
     "negative": operator.neg, "exp": lambda x: x.exp(), "log": lambda x: x.log(),
     "tanh": lambda x: x.tanh(), "sqrt": lambda x: x.sqrt(), "absolute": lambda x: x.abs(),
 }  # fmt: skip
+
+
+def _check_constant_take(x: RecurrentTensor, index: RecurrentTensor, axis: int) -> None:
+    """A constant index past the axis: JAX's gather fills with NaN (INT_MIN for integers)
+    instead of failing, so it is refused where it is written. (Computed indices cannot be
+    checked before they run.)"""
+    size = x.shape[axis]
+    if index.node.op != "const" or not isinstance(size, int):
+        return
+    values = index.node.param("value").array
+    if values.size and (values.min() < 0 or values.max() >= size):
+        raise RecurrenceError(
+            f"{x.label}.take({np.array2string(values, threshold=6)}, axis={axis}): indices run "
+            f"from 0 to {size - 1} along that axis of shape {x.shape}"
+        )
 
 
 def _small_whole_number(value: Any) -> bool:
