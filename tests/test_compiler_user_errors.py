@@ -325,14 +325,14 @@ def test_defining_with_a_dimension_value_asks_for_a_cast() -> None:
     prog, (i,), (I,) = _program(("i",))
     with prog:
         x = rt.placeholder()
-        with pytest.raises(rt.ShapeError, match="x is float32 but the value is int32"):
+        with pytest.raises(rt.ShapeError, match=r"x is float32 but the value is int32"):
             x[i] = i  # a TypeError from NumPy before
         n = rt.placeholder(dtype="int32")
         n[i] = i * 2
         prog.output("n", n)
     exe = prog.compile(bounds={I: 3}, backend="ref")
     assert exe.run()["n"].tolist() == [0, 2, 4]
-    with pytest.raises(rt.RecurrenceError, match="iterations_per_call must be an integer >= 1"):
+    with pytest.raises(rt.RecurrenceError, match=r"iterations_per_call must be an integer >= 1"):
         prog.compile(bounds={I: 3}, iterations_per_call=2.0)
 
 
@@ -361,3 +361,14 @@ def test_a_constant_take_past_the_axis_is_refused() -> None:
             x.take(rt.const(7))  # NaN at run time before
         with pytest.raises(rt.RecurrenceError, match=r"take\(\[ 0 -1\], axis=0\)"):
             x.take(np.array([0, -1], "int32"))
+
+
+def test_python_builtins_on_tensors() -> None:
+    prog, _, _ = _program(("i",))
+    with prog:
+        x = rt.input("x")
+        assert abs(x).node.op == "abs"  # a TypeError before
+        with pytest.raises(rt.RecurrenceError, match=r"rt.maximum/rt.minimum instead of the buil"):
+            max(x, 0.0)
+        with pytest.raises(rt.RecurrenceError, match=r"& \| ~ instead of and/or/not"):
+            assert (x > 0.0) and (x < 1.0)

@@ -63,7 +63,8 @@ class RecurrentTensor:
     def __bool__(self) -> bool:
         raise RecurrenceError(
             f"{self.label} has no single truth value while the program is being built; "
-            "use rt.where(cond, a, b) instead of `if`"
+            "use rt.where(cond, a, b) instead of `if`, & | ~ instead of and/or/not, and "
+            "rt.maximum/rt.minimum instead of the builtins max/min"
         )
 
     def __iter__(self):
@@ -166,6 +167,9 @@ class RecurrentTensor:
 
     def __neg__(self) -> RecurrentTensor:
         return self.program.apply("neg", [self])
+
+    def __abs__(self) -> RecurrentTensor:  # the builtin abs(x)
+        return self.abs()
 
     def __lt__(self, o: Operand) -> RecurrentTensor:
         return self._binary("lt", o)
