@@ -372,3 +372,14 @@ def test_python_builtins_on_tensors() -> None:
             max(x, 0.0)
         with pytest.raises(rt.RecurrenceError, match=r"& \| ~ instead of and/or/not"):
             assert (x > 0.0) and (x < 1.0)
+
+
+def test_optimizer_settings_must_be_finite_numbers() -> None:
+    with pytest.raises(rt.RecurrenceError, match=r"Adam: lr=nan must be a finite number"):
+        rt.optim.Adam(lr=float("nan"))  # every parameter was NaN after the first step
+    with pytest.raises(rt.RecurrenceError, match=r"SGD: lr='0.1' must be a finite number"):
+        rt.optim.SGD(lr="0.1")
+    with pytest.raises(rt.RecurrenceError, match=r"max_grad_norm=0 must be > 0 or None"):
+        rt.optim.SGD(max_grad_norm=0)
+    rt.optim.Adam(lr=lambda i: 1e-3, max_grad_norm=float("inf"))
+    rt.optim.SGD(lr=np.float32(0.1))

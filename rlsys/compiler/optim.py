@@ -15,8 +15,11 @@ iteration dimension (e.g. linear annealing: `lambda i: 2.5e-4 * (1 - i / I)`).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rlsys.compiler.autodiff import grad
 from rlsys.compiler.builder import current_program
@@ -70,10 +73,27 @@ def _learning_rate(lr: LearningRate, dim: Dim):
     return lift(program, lr(dim) if callable(lr) else lr)
 
 
+def _check_settings(opt: Any, fields: Sequence[str]) -> None:
+    """Refuse settings that made every parameter NaN after the first step, silently."""
+    for name in fields:
+        value = getattr(opt, name)
+        if name == "lr" and callable(value):
+            continue
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)  # np.float32
+        if not number or not math.isfinite(value):
+            raise RecurrenceError(f"{type(opt).__name__}: {name}={value!r} must be a finite number")
+    norm = opt.max_grad_norm
+    if norm is not None and not norm > 0:  # inf: no clipping; NaN fails this too
+        raise RecurrenceError(f"{type(opt).__name__}: max_grad_norm={norm!r} must be > 0 or None")
+
+
 @dataclass
 class SGD:
     lr: LearningRate = 1e-2
     max_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_settings(self, ("lr",))
 
     def minimize(self, loss, params, dim: Dim | None = None) -> None:
         params = _as_list(params)
@@ -90,6 +110,9 @@ class Adam:
     b2: float = 0.999
     eps: float = 1e-8
     max_grad_norm: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_settings(self, ("lr", "b1", "b2", "eps"))
 
     def minimize(self, loss, params, dim: Dim | None = None) -> None:
         from rlsys.rt import placeholder
