@@ -36,6 +36,20 @@ def test_a_command_that_is_not_python_says_so(kind: str, tmp_path: Path, capsys)
     assert not out.exists()  # no half folder
 
 
+def test_a_failed_profile_removes_the_folders_it_made(tmp_path: Path, monkeypatch) -> None:
+    """The default folder's runs/ and --out's missing parents too, not only the last one;
+    a folder that existed before stays."""
+    true = shutil.which("true") or "/bin/true"
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--quiet", "--", true]) == 2
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "kept").mkdir()
+    assert main(["profile", "--quiet", "--out", "kept/a/b", "--", true]) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any(
+        (tmp_path / "kept").iterdir()
+    )
+
+
 LEAVES_A_SLEEPER = """
 import pathlib, subprocess, sys
 sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)

@@ -64,6 +64,7 @@ from rlsys.profiler.launch import (
 from rlsys.profiler.summary import SummaryError, build_summary, load_summary, write_summary
 
 EXIT_USAGE = 2
+_DEFAULT_ROOT = Path("runs")  # of the default --out, runs/profile-<timestamp>
 
 PROFILE_DESCRIPTION = (
     "Run any Python RL script under the profiler: `rlsys profile [options] [--] python "
@@ -193,18 +194,29 @@ def _profile(args: argparse.Namespace) -> int:
     if args.out is not None and _holds_results(args.out):
         raise _UsageError(f"{args.out} already holds a profile", hint="pass a new --out DIR")
     _stop_if_asked(args)
-    created = args.out is None or not args.out.exists()
+    fresh = _missing(args.out or _DEFAULT_ROOT)  # the folders this profile makes
     out = args.out or _new_default_folder()
+    if args.out is None:
+        fresh.insert(0, out)
     trace_dir = _made_folder(out / "trace")
     try:
         return _profile_into(args, command, out, trace_dir)
     except (CommandError, CalibrationError, _NothingRecorded, KeyboardInterrupt):
         # No profile, no folder left behind (rmdir: a folder holding a recording is kept)
         with contextlib.suppress(OSError):
-            trace_dir.rmdir()
-            if created:
-                out.rmdir()
+            for folder in (trace_dir, *fresh):
+                folder.rmdir()
         raise
+
+
+def _missing(path: Path) -> list[Path]:
+    """`path` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists():  # the root and the working folder do
+            break
+        missing.append(folder)
+    return missing
 
 
 def _profile_into(args: argparse.Namespace, command: list[str], out: Path,
@@ -392,7 +404,7 @@ def _holds_results(out: Path) -> bool:
 def _new_default_folder() -> Path:
     """runs/profile-<timestamp>, made now (`rlsys.cli.default_out_dir`'s twin): a second
     profile started in the same second gets -2, -3, ..., not the first one's folder."""
-    base = Path("runs") / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = _DEFAULT_ROOT / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
     k = 1
     while True:
         out = base if k == 1 else base.with_name(f"{base.name}-{k}")
