@@ -143,6 +143,16 @@ def test_load_dir_with_on_skip_skips_stray_files_and_bad_lines(tmp_path: Path) -
         Session.load_dir(tmp_path, on_skip=told.append)
 
 
+def test_a_file_with_skipped_lines_is_partial_even_with_its_footer(tmp_path: Path) -> None:
+    # Its skipped lines' events are missing, as a dead writer's are.
+    path = make_session(n=4).save(tmp_path / "1.jsonl")
+    assert Session.load(path, on_skip=print).complete
+    lines = path.read_text().splitlines(keepends=True)
+    lines[4] = "garbage\n"
+    path.write_text("".join(lines))
+    assert not Session.load(path, on_skip=lambda message: None).complete
+
+
 def test_wrong_magic_and_newer_version_are_clear_errors(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"hello": 1}\n')

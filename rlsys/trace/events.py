@@ -462,7 +462,9 @@ class _SessionReader:
             raise TraceFormatError(
                 f"{self.path}: no process record; the file was cut in its header"
             )
-        return Session(tuple(self.processes), self.events, self.threads, self.complete)
+        # A skipped line's events are missing, as a dead writer's are: a partial session.
+        complete = self.complete and not self.skipped
+        return Session(tuple(self.processes), self.events, self.threads, complete)
 
 
 _CATEGORIES = {str(c): c for c in Category}
