@@ -130,6 +130,23 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        # The innermost (sub)parser that parsed the arguments names itself first (its
+        # namespace is copied into its parent's): an option it does not know is reported
+        # as its own (`rlsys train: unrecognized arguments`), with its --help.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if not hasattr(namespace, "_prog"):
+            namespace._prog = self.prog
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = namespace._prog
+            raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extras)}",
+                             hint=f"see `{prog} --help`")  # fmt: skip
+        return namespace
+
 
 def build_parser() -> argparse.ArgumentParser:
     from rlsys.bench import cli as bench_cli

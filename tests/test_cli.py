@@ -42,6 +42,19 @@ def test_unknown_option_is_one_line_and_exit_2(capsys) -> None:
     assert len(err) == 2
 
 
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [(["train", "ppo", "--bogus"], "rlsys train"), (["bench", "run", "x", "--bogus"],
+     "rlsys bench run"), (["profile", "--bogus", "--", "true"], "rlsys profile"),
+     (["--bogus"], "rlsys")],
+)  # fmt: skip
+def test_an_unknown_option_is_named_by_the_verb_that_does_not_know_it(argv, prog, capsys) -> None:
+    # It was always "rlsys: unrecognized arguments", with the hint `rlsys --help`.
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {prog}: unrecognized arguments: --bogus", f"hint: see `{prog} --help`"]
+
+
 def test_unknown_verb_and_wrong_type_exit_2(capsys) -> None:
     assert main(["fly"]) == 2
     assert main(["train", "--seed", "abc"]) == 2
